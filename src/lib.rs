@@ -1,0 +1,2 @@
+//! maintd: a node-local Kubernetes maintenance agent.
+pub mod sim;
