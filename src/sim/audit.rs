@@ -1,0 +1,127 @@
+//! The simulator's audit log: every mutating request with its time, verb,
+//! object and response code, for tests and benchmarks to read; and a count
+//! of every request per client, for footprint measurements.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+/// One mutating request.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AuditEntry {
+    /// Wall-clock time, RFC 3339 with microseconds.
+    pub time: String,
+    /// Milliseconds since the simulator started (monotonic).
+    pub t_ms: u64,
+    /// create, update, patch, delete, evict, deletecollection.
+    pub verb: String,
+    /// group/plural, or plural for the core group.
+    pub resource: String,
+    pub subresource: Option<String>,
+    pub namespace: String,
+    pub name: String,
+    /// The HTTP status code of the response.
+    pub code: u16,
+    pub user_agent: String,
+    /// The uid of the object acted on, where known (pods: which incarnation
+    /// was evicted).
+    pub uid: Option<String>,
+}
+
+/// One request of any kind, for counting.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RequestRecord {
+    pub t_ms: u64,
+    pub method: String,
+    pub path: String,
+    pub watch: bool,
+    pub user_agent: String,
+    pub code: u16,
+}
+
+pub struct Audit {
+    started: Instant,
+    entries: Mutex<Vec<AuditEntry>>,
+    requests: Mutex<Vec<RequestRecord>>,
+    file: Option<Mutex<File>>,
+}
+
+impl Audit {
+    pub fn new(path: Option<PathBuf>) -> Self {
+        let file = path.and_then(|p| match File::create(&p) {
+            Ok(f) => Some(Mutex::new(f)),
+            Err(e) => {
+                tracing::warn!(path = %p.display(), error = %e, "cannot write the audit log file; keeping it in memory only");
+                None
+            }
+        });
+        Audit {
+            started: Instant::now(),
+            entries: Mutex::new(Vec::new()),
+            requests: Mutex::new(Vec::new()),
+            file,
+        }
+    }
+
+    pub fn elapsed_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    pub fn record(&self, mut entry: AuditEntry) {
+        entry.t_ms = self.elapsed_ms();
+        entry.time = super::meta::now_micro();
+        if let Some(f) = &self.file {
+            let mut f = f.lock().unwrap_or_else(|e| e.into_inner());
+            if let Ok(line) = serde_json::to_string(&entry) {
+                let _ = writeln!(f, "{line}");
+            }
+        }
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(entry);
+    }
+
+    pub fn record_request(&self, mut rec: RequestRecord) {
+        rec.t_ms = self.elapsed_ms();
+        self.requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(rec);
+    }
+
+    /// A copy of the audit log so far.
+    pub fn entries(&self) -> Vec<AuditEntry> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A copy of every request so far.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Requests per user agent.
+    pub fn request_counts(&self) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for r in self
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            *out.entry(r.user_agent.clone()).or_default() += 1;
+        }
+        out
+    }
+}

@@ -1,0 +1,5 @@
+//! Placeholder: simulated controllers.
+use super::state::SimState;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+pub fn start(_sim: Arc<SimState>, _stop: CancellationToken) {}

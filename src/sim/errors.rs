@@ -1,0 +1,188 @@
+//! API errors as Kubernetes `Status` objects, with the codes, reasons and
+//! wording the real apiserver uses, so clients react to them unchanged.
+
+use serde_json::{Value, json};
+
+use super::resources::Gr;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    pub name: Option<String>,
+    pub gr: Option<Gr>,
+    /// (reason, message, field)
+    pub causes: Vec<(String, String, String)>,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            name: None,
+            gr: None,
+            causes: vec![],
+        }
+    }
+
+    fn on(mut self, gr: &Gr, name: &str) -> Self {
+        self.gr = Some(gr.clone());
+        self.name = Some(name.to_string());
+        self
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+
+    pub fn not_found(gr: &Gr, name: &str) -> Self {
+        Self::new(404, "NotFound", format!("{gr} \"{name}\" not found")).on(gr, name)
+    }
+
+    pub fn path_not_found() -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+    }
+
+    pub fn already_exists(gr: &Gr, name: &str) -> Self {
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{gr} \"{name}\" already exists"),
+        )
+        .on(gr, name)
+    }
+
+    pub fn conflict(gr: &Gr, name: &str, why: &str) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {gr} \"{name}\": {why}"),
+        )
+        .on(gr, name)
+    }
+
+    pub fn stale(gr: &Gr, name: &str) -> Self {
+        Self::conflict(
+            gr,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+
+    pub fn gone(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+
+    pub fn method_not_allowed(method: &str) -> Self {
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            format!("the server does not allow this method on the requested resource: {method}"),
+        )
+    }
+
+    pub fn unsupported_media(ct: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {ct:?})"
+            ),
+        )
+    }
+
+    pub fn too_large() -> Self {
+        Self::new(
+            413,
+            "RequestEntityTooLarge",
+            "the request body is too large",
+        )
+    }
+
+    /// 422 with one cause per invalid field.
+    pub fn invalid(gr: &Gr, name: &str, kind: &str, causes: Vec<(String, String)>) -> Self {
+        let detail = causes
+            .iter()
+            .map(|(f, m)| format!("{f}: {m}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {detail}"),
+        )
+        .on(gr, name);
+        e.causes = causes
+            .into_iter()
+            .map(|(f, m)| ("FieldValueInvalid".to_string(), m, f))
+            .collect();
+        e
+    }
+
+    pub fn too_many_requests(message: impl Into<String>) -> Self {
+        Self::new(429, "TooManyRequests", message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", message)
+    }
+
+    pub fn with_cause(mut self, reason: &str, message: &str, field: &str) -> Self {
+        self.causes
+            .push((reason.to_string(), message.to_string(), field.to_string()));
+        self
+    }
+
+    /// The `Status` body sent to the client.
+    pub fn status(&self) -> Value {
+        let mut details = serde_json::Map::new();
+        if let Some(name) = &self.name {
+            details.insert("name".into(), json!(name));
+        }
+        if let Some(gr) = &self.gr {
+            if !gr.group.is_empty() {
+                details.insert("group".into(), json!(gr.group));
+            }
+            details.insert("kind".into(), json!(gr.plural));
+        }
+        if !self.causes.is_empty() {
+            let causes: Vec<Value> = self
+                .causes
+                .iter()
+                .map(|(r, m, f)| {
+                    let mut c = json!({"reason": r, "message": m});
+                    if !f.is_empty() {
+                        c["field"] = json!(f);
+                    }
+                    c
+                })
+                .collect();
+            details.insert("causes".into(), Value::Array(causes));
+        }
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if !details.is_empty() {
+            status["details"] = Value::Object(details);
+        }
+        status
+    }
+}
+
+/// A `Status` reporting success, as returned by an eviction (201).
+pub fn success_status(code: u16) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code})
+}

@@ -1,0 +1,69 @@
+//! The shared state of one simulated cluster: the store, the audit log and
+//! the settings, behind one lock that every verb and controller takes.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::audit::Audit;
+use super::resources::builtins;
+use super::store::Store;
+
+/// Settings of a simulated cluster.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// How many past events a watch can resume from before it gets 410 Gone.
+    pub history: usize,
+    /// How often a watch that asked for bookmarks gets one.
+    pub bookmark_interval: Duration,
+    /// Also write the audit log to this file, one JSON object per line.
+    pub audit_file: Option<PathBuf>,
+    /// Where the simulated kubelets look for static pod manifests:
+    /// `<root>/<node name>/`.
+    pub static_pod_root: Option<PathBuf>,
+    /// How often the simulated kubelet rereads static pod directories.
+    pub static_pod_poll: Duration,
+    /// The largest request body accepted.
+    pub max_body: usize,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            history: 50_000,
+            bookmark_interval: Duration::from_secs(5),
+            audit_file: None,
+            static_pod_root: None,
+            static_pod_poll: Duration::from_millis(200),
+            max_body: 3 * 1024 * 1024,
+        }
+    }
+}
+
+pub struct SimState {
+    store: Mutex<Store>,
+    pub audit: Audit,
+    pub config: SimConfig,
+    pub started: Instant,
+}
+
+impl SimState {
+    pub fn new(config: SimConfig) -> Arc<Self> {
+        let mut store = Store::new(config.history);
+        for def in builtins() {
+            store.register(def);
+        }
+        Arc::new(SimState {
+            store: Mutex::new(store),
+            audit: Audit::new(config.audit_file.clone()),
+            config,
+            started: Instant::now(),
+        })
+    }
+
+    /// The store, locked. A panic elsewhere while holding the lock must not
+    /// take the whole simulator down, so a poisoned lock is recovered.
+    pub fn store(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -1,0 +1,309 @@
+//! The simulated cluster's object store: every object as JSON, one global
+//! resourceVersion counter, an event history for watch resumption and a
+//! broadcast of live changes.
+//!
+//! Like etcd behind a kube-apiserver, the store knows nothing about the
+//! semantics of the objects; validation, defaulting and graceful deletion live
+//! in `api.rs`, controllers in `kubelet.rs` and `controllers.rs`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+use super::errors::ApiError;
+use super::resources::{Gr, ResourceDef};
+
+/// What happened to an object, as a watch reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change of one object. `prev` lets a filtered watch turn a change that
+/// moves an object out of its selector into a DELETED, as the apiserver does.
+#[derive(Debug)]
+pub struct StoreEvent {
+    pub rv: u64,
+    pub gr: Gr,
+    pub kind: EventType,
+    pub object: Arc<Value>,
+    pub prev: Option<Arc<Value>>,
+}
+
+/// (namespace or "", name)
+pub type ObjKey = (String, String);
+
+/// Objects of one resource, ordered by namespace and name like etcd keys.
+pub type Bucket = BTreeMap<ObjKey, Arc<Value>>;
+
+pub struct Store {
+    rv: u64,
+    resources: BTreeMap<Gr, Arc<ResourceDef>>,
+    objects: HashMap<Gr, Bucket>,
+    history: VecDeque<Arc<StoreEvent>>,
+    history_cap: usize,
+    /// Events at or below this resourceVersion are no longer in the history.
+    compacted: u64,
+    tx: broadcast::Sender<Arc<StoreEvent>>,
+}
+
+impl Store {
+    pub fn new(history_cap: usize) -> Self {
+        let (tx, _) = broadcast::channel(16_384);
+        Store {
+            rv: 1,
+            resources: BTreeMap::new(),
+            objects: HashMap::new(),
+            history: VecDeque::with_capacity(history_cap.min(65_536)),
+            history_cap: history_cap.max(1),
+            compacted: 0,
+            tx,
+        }
+    }
+
+    pub fn current_rv(&self) -> u64 {
+        self.rv
+    }
+
+    pub fn compacted_rv(&self) -> u64 {
+        self.compacted
+    }
+
+    pub fn register(&mut self, def: ResourceDef) {
+        let gr = def.gr();
+        self.objects.entry(gr.clone()).or_default();
+        self.resources.insert(gr, Arc::new(def));
+    }
+
+    pub fn unregister(&mut self, gr: &Gr) {
+        self.resources.remove(gr);
+        self.objects.remove(gr);
+    }
+
+    pub fn resource(&self, gr: &Gr) -> Option<Arc<ResourceDef>> {
+        self.resources.get(gr).cloned()
+    }
+
+    pub fn resources(&self) -> impl Iterator<Item = &Arc<ResourceDef>> {
+        self.resources.values()
+    }
+
+    /// Finds a served resource by group, version and plural name.
+    pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
+        let def = self.resources.get(&Gr::new(group, plural))?;
+        def.versions
+            .iter()
+            .any(|v| v == version)
+            .then(|| def.clone())
+    }
+
+    /// Finds a resource by group and kind (for owner references and events).
+    pub fn lookup_kind(&self, group: &str, kind: &str) -> Option<Arc<ResourceDef>> {
+        self.resources
+            .values()
+            .find(|d| d.group == group && d.kind == kind)
+            .cloned()
+    }
+
+    pub fn get(&self, gr: &Gr, ns: &str, name: &str) -> Option<Arc<Value>> {
+        self.objects
+            .get(gr)?
+            .get(&(ns.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// All objects of a resource, in one namespace or (None) all of them.
+    pub fn list(&self, gr: &Gr, ns: Option<&str>) -> Vec<Arc<Value>> {
+        let Some(bucket) = self.objects.get(gr) else {
+            return Vec::new();
+        };
+        match ns {
+            None => bucket.values().cloned().collect(),
+            Some(ns) => bucket
+                .range((ns.to_string(), String::new())..)
+                .take_while(|((n, _), _)| n == ns)
+                .map(|(_, v)| v.clone())
+                .collect(),
+        }
+    }
+
+    pub fn count(&self, gr: &Gr) -> usize {
+        self.objects.get(gr).map_or(0, |b| b.len())
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoreEvent>> {
+        self.tx.subscribe()
+    }
+
+    /// Events after `rv` that are still in the history, oldest first, or
+    /// `None` if `rv` is older than the history holds (410 Gone).
+    pub fn events_since(&self, rv: u64) -> Option<Vec<Arc<StoreEvent>>> {
+        if rv < self.compacted {
+            return None;
+        }
+        let start = self.history.partition_point(|e| e.rv <= rv);
+        Some(self.history.iter().skip(start).cloned().collect())
+    }
+
+    fn next_rv(&mut self) -> u64 {
+        self.rv += 1;
+        self.rv
+    }
+
+    fn record(&mut self, gr: &Gr, kind: EventType, object: Arc<Value>, prev: Option<Arc<Value>>) {
+        let ev = Arc::new(StoreEvent {
+            rv: self.rv,
+            gr: gr.clone(),
+            kind,
+            object,
+            prev,
+        });
+        if self.history.len() >= self.history_cap
+            && let Some(old) = self.history.pop_front()
+        {
+            self.compacted = old.rv;
+        }
+        self.history.push_back(ev.clone());
+        // No receivers is fine: nobody is watching.
+        let _ = self.tx.send(ev);
+    }
+
+    /// Stores a new object. The caller has validated and defaulted it; the
+    /// store stamps the resourceVersion.
+    pub fn insert(&mut self, gr: &Gr, mut obj: Value) -> Result<Arc<Value>, ApiError> {
+        let key = key_of(&obj);
+        let bucket = self.objects.entry(gr.clone()).or_default();
+        if bucket.contains_key(&key) {
+            return Err(ApiError::already_exists(gr, &key.1));
+        }
+        let rv = self.next_rv();
+        set_rv(&mut obj, rv);
+        let obj = Arc::new(obj);
+        self.objects
+            .entry(gr.clone())
+            .or_default()
+            .insert(key, obj.clone());
+        self.record(gr, EventType::Added, obj.clone(), None);
+        Ok(obj)
+    }
+
+    /// Replaces an existing object. An unchanged object is not written again
+    /// (no new resourceVersion, no event), as the apiserver skips no-op writes.
+    pub fn replace(&mut self, gr: &Gr, mut obj: Value) -> Result<Arc<Value>, ApiError> {
+        let key = key_of(&obj);
+        let Some(old) = self.objects.get(gr).and_then(|b| b.get(&key)).cloned() else {
+            return Err(ApiError::not_found(gr, &key.1));
+        };
+        set_rv(&mut obj, rv_of(&old));
+        if *old == obj {
+            return Ok(old);
+        }
+        let rv = self.next_rv();
+        set_rv(&mut obj, rv);
+        let obj = Arc::new(obj);
+        self.objects
+            .entry(gr.clone())
+            .or_default()
+            .insert(key, obj.clone());
+        self.record(gr, EventType::Modified, obj.clone(), Some(old));
+        Ok(obj)
+    }
+
+    /// Removes an object for good; the DELETED event carries a new
+    /// resourceVersion, as in Kubernetes.
+    pub fn remove(&mut self, gr: &Gr, ns: &str, name: &str) -> Option<Arc<Value>> {
+        let old = self
+            .objects
+            .get_mut(gr)?
+            .remove(&(ns.to_string(), name.to_string()))?;
+        let rv = self.next_rv();
+        let mut gone = (*old).clone();
+        set_rv(&mut gone, rv);
+        let gone = Arc::new(gone);
+        self.record(gr, EventType::Deleted, gone.clone(), Some(old));
+        Some(gone)
+    }
+}
+
+pub fn key_of(obj: &Value) -> ObjKey {
+    let meta = &obj["metadata"];
+    (
+        meta["namespace"].as_str().unwrap_or_default().to_string(),
+        meta["name"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+pub fn rv_of(obj: &Value) -> u64 {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+fn set_rv(obj: &mut Value, rv: u64) {
+    if !obj["metadata"].is_object() {
+        obj["metadata"] = json!({});
+    }
+    obj["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ns: &str, name: &str) -> Value {
+        json!({"metadata": {"namespace": ns, "name": name}})
+    }
+
+    #[test]
+    fn history_compacts_and_reports_gone() {
+        let mut s = Store::new(3);
+        let gr = Gr::new("", "pods");
+        for i in 0..5 {
+            s.insert(&gr, pod("a", &format!("p{i}"))).unwrap();
+        }
+        assert!(s.events_since(1).is_none(), "rv 1 was compacted");
+        let evs = s.events_since(s.compacted_rv()).unwrap();
+        assert_eq!(evs.len(), 3);
+        assert!(s.events_since(s.current_rv()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn unchanged_replace_is_not_a_write() {
+        let mut s = Store::new(10);
+        let gr = Gr::new("", "pods");
+        let a = s.insert(&gr, pod("a", "p")).unwrap();
+        let b = s.replace(&gr, (*a).clone()).unwrap();
+        assert_eq!(rv_of(&a), rv_of(&b));
+        let mut changed = (*a).clone();
+        changed["spec"] = json!({"x": 1});
+        let c = s.replace(&gr, changed).unwrap();
+        assert!(rv_of(&c) > rv_of(&a));
+    }
+
+    #[test]
+    fn list_by_namespace_stays_in_namespace() {
+        let mut s = Store::new(10);
+        let gr = Gr::new("", "pods");
+        for (ns, n) in [("a", "1"), ("ab", "2"), ("b", "3"), ("a", "4")] {
+            s.insert(&gr, pod(ns, n)).unwrap();
+        }
+        let names: Vec<_> = s.list(&gr, Some("a")).iter().map(|o| key_of(o).1).collect();
+        assert_eq!(names, ["1", "4"]);
+        assert_eq!(s.list(&gr, None).len(), 4);
+    }
+}

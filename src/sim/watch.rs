@@ -1,0 +1,207 @@
+//! Watches: a stream of JSON lines `{"type": ..., "object": ...}` from a
+//! resourceVersion on, with bookmarks, 410 for a compacted resourceVersion,
+//! selector transitions and timeouts, as the apiserver's watch cache serves
+//! them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use super::errors::ApiError;
+use super::resources::ResourceDef;
+use super::select::{FieldSelector, LabelSelector};
+use super::state::SimState;
+use super::store::{EventType, StoreEvent};
+use super::table;
+
+/// What a watch request asked for.
+pub struct WatchRequest {
+    pub def: Arc<ResourceDef>,
+    pub version: String,
+    pub namespace: Option<String>,
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    pub resource_version: Option<String>,
+    pub bookmarks: bool,
+    pub send_initial_events: bool,
+    pub timeout: Option<Duration>,
+    pub table: bool,
+}
+
+impl WatchRequest {
+    fn matches(&self, ev_ns: &str, obj: &Value) -> bool {
+        if let Some(ns) = &self.namespace
+            && ns != ev_ns
+        {
+            return false;
+        }
+        self.labels.matches(obj) && self.fields.matches(obj)
+    }
+
+    fn encode(&self, kind: &str, obj: &Value) -> Bytes {
+        let api_version = self.def.api_version(&self.version);
+        let object = if self.table {
+            table::to_table(&self.def, std::slice::from_ref(obj), "", false)
+        } else if obj["apiVersion"].as_str() != Some(api_version.as_str()) {
+            let mut o = obj.clone();
+            o["apiVersion"] = json!(api_version);
+            o
+        } else {
+            return line(&json!({"type": kind, "object": obj}));
+        };
+        line(&json!({"type": kind, "object": object}))
+    }
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
+        let mut md = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            md["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        line(&json!({
+            "type": "BOOKMARK",
+            "object": {"kind": self.def.kind, "apiVersion": self.def.api_version(&self.version), "metadata": md},
+        }))
+    }
+}
+
+fn line(v: &Value) -> Bytes {
+    let mut buf = serde_json::to_vec(v).unwrap_or_default();
+    buf.push(b'\n');
+    Bytes::from(buf)
+}
+
+/// Starts a watch: returns the receiving end of its stream of lines.
+pub fn start(sim: &Arc<SimState>, req: WatchRequest) -> Result<mpsc::Receiver<Bytes>, ApiError> {
+    let gr = req.def.gr();
+    let (tx, out) = mpsc::channel::<Bytes>(1024);
+    let mut initial: Vec<Bytes> = Vec::new();
+    let mut gone = false;
+    let rx;
+    let start_rv;
+    {
+        let store = sim.store();
+        rx = store.subscribe();
+        let asked: Option<u64> = match req.resource_version.as_deref() {
+            None | Some("") | Some("0") => None,
+            Some(s) => Some(
+                s.parse()
+                    .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {s:?}")))?,
+            ),
+        };
+        let current = store.current_rv();
+        match asked {
+            Some(rv) if !req.send_initial_events => match store.events_since(rv) {
+                Some(events) => {
+                    for ev in events.iter().filter(|e| e.gr == gr) {
+                        if let Some((kind, obj)) = transition(&req, ev) {
+                            initial.push(req.encode(kind, obj));
+                        }
+                    }
+                }
+                None => {
+                    let status = ApiError::gone(format!(
+                        "too old resource version: {rv} ({})",
+                        store.compacted_rv() + 1
+                    ))
+                    .status();
+                    initial.push(line(&json!({"type": "ERROR", "object": status})));
+                    gone = true;
+                }
+            },
+            _ => {
+                for obj in store.list(&gr, req.namespace.as_deref()) {
+                    if req.labels.matches(&obj) && req.fields.matches(&obj) {
+                        initial.push(req.encode("ADDED", &obj));
+                    }
+                }
+                if req.send_initial_events && req.bookmarks {
+                    initial.push(req.bookmark(current, true));
+                }
+            }
+        }
+        start_rv = current;
+    }
+    let interval = sim.config.bookmark_interval;
+    tokio::spawn(async move {
+        for l in initial {
+            if tx.send(l).await.is_err() {
+                return;
+            }
+        }
+        if gone {
+            return;
+        }
+        stream(req, rx, tx, start_rv, interval).await;
+    });
+    Ok(out)
+}
+
+/// What a watcher with this request sees of one store event, if anything:
+/// an object moving into or out of its selector is ADDED or DELETED.
+fn transition<'a>(req: &WatchRequest, ev: &'a StoreEvent) -> Option<(&'static str, &'a Value)> {
+    let ns = ev.object["metadata"]["namespace"].as_str().unwrap_or("");
+    let now = req.matches(ns, &ev.object);
+    let before = ev.prev.as_ref().map(|p| req.matches(ns, p));
+    match ev.kind {
+        EventType::Added => now.then_some(("ADDED", &ev.object)),
+        EventType::Deleted => (before.unwrap_or(now)).then_some(("DELETED", &ev.object)),
+        EventType::Modified => match (before.unwrap_or(true), now) {
+            (true, true) => Some(("MODIFIED", &ev.object)),
+            (false, true) => Some(("ADDED", &ev.object)),
+            (true, false) => Some(("DELETED", &ev.object)),
+            (false, false) => None,
+        },
+    }
+}
+
+async fn stream(
+    req: WatchRequest,
+    mut rx: broadcast::Receiver<Arc<StoreEvent>>,
+    tx: mpsc::Sender<Bytes>,
+    start_rv: u64,
+    interval: Duration,
+) {
+    let gr = req.def.gr();
+    let mut last_rv = start_rv;
+    let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    loop {
+        let sleep_until = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            ev = rx.recv() => match ev {
+                Ok(ev) => {
+                    if ev.rv <= last_rv {
+                        continue;
+                    }
+                    last_rv = ev.rv;
+                    if ev.gr != gr {
+                        continue;
+                    }
+                    if let Some((kind, obj)) = transition(&req, &ev)
+                        && tx.send(req.encode(kind, obj)).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                // A watcher that falls this far behind is closed, as the
+                // apiserver closes slow watchers; the client resumes.
+                Err(broadcast::error::RecvError::Lagged(_)) | Err(broadcast::error::RecvError::Closed) => return,
+            },
+            _ = tick.tick(), if req.bookmarks => {
+                if tx.send(req.bookmark(last_rv, false)).await.is_err() {
+                    return;
+                }
+            }
+            _ = sleep_until => return,
+            _ = tx.closed() => return,
+        }
+    }
+}
