@@ -103,3 +103,71 @@ pub fn resource_list(store: &Store, group: &str, version: &str) -> Option<Value>
         "resources": resources,
     }))
 }
+
+/// The OpenAPI v3 root: one document per group version.
+pub fn openapi_root(store: &Store) -> Value {
+    let mut paths = serde_json::Map::new();
+    for def in store.resources() {
+        for v in &def.versions {
+            let key = if def.group.is_empty() {
+                format!("api/{v}")
+            } else {
+                format!("apis/{}/{v}", def.group)
+            };
+            let url = format!("/openapi/v3/{key}?hash={}", store.current_rv());
+            paths.insert(key, json!({"serverRelativeURL": url}));
+        }
+    }
+    json!({"paths": paths})
+}
+
+/// The OpenAPI v3 document of one group version. It describes the paths and
+/// operations (kubectl reads them to learn that the server validates fields
+/// itself), not the object schemas: the simulator has none for built-in
+/// kinds, so kubectl uses its compiled-in knowledge of them.
+pub fn openapi_group_version(store: &Store, group: &str, version: &str) -> Option<Value> {
+    let mut paths = serde_json::Map::new();
+    for def in store
+        .resources()
+        .filter(|d| d.group == group && d.versions.iter().any(|v| v == version))
+    {
+        let prefix = if group.is_empty() {
+            format!("/api/{version}")
+        } else {
+            format!("/apis/{group}/{version}")
+        };
+        let item = if def.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", def.plural)
+        } else {
+            format!("{prefix}/{}/{{name}}", def.plural)
+        };
+        let gvk = json!({"group": group, "version": version, "kind": def.kind});
+        let params = json!([
+            {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+            {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+            {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+            {"name": "force", "in": "query", "schema": {"type": "boolean", "uniqueItems": true}},
+        ]);
+        let op = |id: &str| {
+            json!({
+                "operationId": format!("{id}{}", def.kind),
+                "x-kubernetes-group-version-kind": gvk,
+                "parameters": params,
+                "responses": {"200": {"description": "OK"}},
+            })
+        };
+        paths.insert(
+            item,
+            json!({"get": op("read"), "put": op("replace"), "patch": op("patch"), "delete": op("delete")}),
+        );
+    }
+    if paths.is_empty() {
+        return None;
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes (maintd simulated cluster)", "version": "v1.33.0"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }))
+}

@@ -153,6 +153,17 @@ fn route(sim: &SimState, server: &str, path: &str) -> Result<Route, ApiError> {
                 .map(Route::Doc)
                 .ok_or_else(ApiError::path_not_found);
         }
+        ["openapi", "v3"] => return Ok(Route::Doc(discovery::openapi_root(&store))),
+        ["openapi", "v3", "api", v] => {
+            return discovery::openapi_group_version(&store, "", v)
+                .map(Route::Doc)
+                .ok_or_else(ApiError::path_not_found);
+        }
+        ["openapi", "v3", "apis", g, v] => {
+            return discovery::openapi_group_version(&store, g, v)
+                .map(Route::Doc)
+                .ok_or_else(ApiError::path_not_found);
+        }
         ["api", v, rest @ ..] => ("", *v, rest),
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
         _ => return Err(ApiError::path_not_found()),

@@ -5,9 +5,14 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use serde_json::json;
+
 use super::audit::Audit;
+use super::resources::Gr;
 use super::resources::builtins;
 use super::store::Store;
+use super::validate::SYSTEM_PRIORITY_CLASSES;
+use super::verbs::{self, Writer};
 
 /// Settings of a simulated cluster.
 #[derive(Debug, Clone)]
@@ -53,12 +58,40 @@ impl SimState {
         for def in builtins() {
             store.register(def);
         }
-        Arc::new(SimState {
+        let sim = Arc::new(SimState {
             store: Mutex::new(store),
             audit: Audit::new(config.audit_file.clone()),
             config,
             started: Instant::now(),
-        })
+        });
+        // Every cluster has these namespaces and priority classes.
+        let system = Writer {
+            manager: "kube-apiserver".into(),
+            force: false,
+        };
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let def = sim.store().resource(&Gr::namespaces());
+            if let Some(def) = def {
+                let _ = verbs::create(
+                    &sim,
+                    &def,
+                    None,
+                    json!({"metadata": {"name": ns}}),
+                    &system,
+                    false,
+                );
+            }
+        }
+        for (name, value) in SYSTEM_PRIORITY_CLASSES {
+            let def = sim
+                .store()
+                .resource(&Gr::new("scheduling.k8s.io", "priorityclasses"));
+            if let Some(def) = def {
+                let pc = json!({"metadata": {"name": name}, "value": value, "description": "Used for system critical pods that must run in the cluster."});
+                let _ = verbs::create(&sim, &def, None, pc, &system, false);
+            }
+        }
+        sim
     }
 
     /// The store, locked. A panic elsewhere while holding the lock must not

@@ -1,0 +1,103 @@
+//! Helpers shared by the integration tests: a simulated cluster and small
+//! object builders.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::{Value, json};
+
+use maintd::sim::{SimCluster, SimConfig};
+
+pub async fn sim() -> SimCluster {
+    sim_with(SimConfig::default()).await
+}
+
+pub async fn sim_with(config: SimConfig) -> SimCluster {
+    SimCluster::start(config)
+        .await
+        .expect("the simulated cluster starts")
+}
+
+pub fn node_json(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    })
+}
+
+pub async fn create_node(client: &kube::Client, name: &str) -> Node {
+    let api: Api<Node> = Api::all(client.clone());
+    let node: Node = serde_json::from_value(node_json(name)).unwrap();
+    api.create(&PostParams::default(), &node)
+        .await
+        .expect("node created")
+}
+
+pub fn pod_json(ns: &str, name: &str, node: &str, labels: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.example/app:1"}]},
+    })
+}
+
+pub async fn create_pod(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    labels: Value,
+) -> Pod {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(pod_json(ns, name, node, labels)).unwrap();
+    api.create(&PostParams::default(), &pod)
+        .await
+        .expect("pod created")
+}
+
+/// Waits (bounded, so a broken build fails instead of hanging) until `check`
+/// holds.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+/// A raw HTTP request to the simulator, for what kube::Client would refuse
+/// to send.
+pub async fn raw(
+    sim: &SimCluster,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> (u16, Value) {
+    use http_body_util::{BodyExt, Full};
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<bytes::Bytes>>();
+    let req = http::Request::builder()
+        .method(method)
+        .uri(format!("{}{}", sim.url(), path))
+        .header("content-type", content_type)
+        .body(Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    let resp = client.request(req).await.expect("the simulator answers");
+    let code = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let v = serde_json::from_slice(&bytes)
+        .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()));
+    (code, v)
+}
