@@ -1,2 +1,9 @@
 //! maintd: a node-local Kubernetes maintenance agent.
+pub mod agent;
+pub mod cluster;
+pub mod config;
+pub mod drain;
+pub mod index;
+pub mod plan_cmd;
 pub mod sim;
+pub mod trigger;

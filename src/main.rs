@@ -6,7 +6,10 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+use maintd::agent::Agent;
+use maintd::config::AgentArgs;
 use maintd::sim::{SimCluster, SimConfig};
+use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
 #[command(
@@ -27,6 +30,26 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the agent for this node (the DaemonSet entrypoint).
+    Run {
+        #[command(flatten)]
+        agent: AgentArgs,
+        /// Kubeconfig to use; default: KUBECONFIG, ~/.kube/config, or the
+        /// in-cluster service account.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+    },
+    /// Print the drain plan for a node without acting: its stages, their pods,
+    /// and what is skipped and why.
+    Plan {
+        #[arg(long, env = "NODE_NAME")]
+        node: String,
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
     /// Run a simulated Kubernetes cluster, seeded from a scenario, for kubectl
     /// and maintd to talk to.
     Sim {
@@ -48,6 +71,47 @@ enum Command {
     },
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+/// A client for the cluster: an explicit kubeconfig, or whatever kube's
+/// inference finds (KUBECONFIG, ~/.kube/config, in-cluster). kube's own
+/// retry is off: the agent paces its retries and must see every 429.
+async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+    let mut config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .with_context(|| format!("using kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("finding cluster credentials (kubeconfig or in-cluster service account)")?,
+    };
+    config.default_retry = false;
+    kube::Client::try_from(config).context("building the API client")
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
 fn init_logging(filter: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -66,6 +130,27 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(&cli.log, cli.log_json);
     match cli.command {
+        Command::Run { agent, kubeconfig } => {
+            let config = agent.into_config()?;
+            let client = client(kubeconfig.as_ref()).await?;
+            let stop = CancellationToken::new();
+            let agent = Agent::new(config, client);
+            let task = tokio::spawn(agent.run(stop.clone()));
+            shutdown_signal().await;
+            tracing::info!("stopping; a drain in progress resumes when the agent starts again");
+            stop.cancel();
+            let _ = task.await;
+            Ok(())
+        }
+        Command::Plan { node, kubeconfig, output } => {
+            let client = client(kubeconfig.as_ref()).await?;
+            let plan = maintd::plan_cmd::plan_for_node(&client, &node).await?;
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
+                Output::Text => print!("{}", maintd::plan_cmd::render(&plan)),
+            }
+            Ok(())
+        }
         Command::Sim {
             scenario,
             listen,

@@ -31,6 +31,9 @@ pub struct AuditEntry {
     /// The uid of the object acted on, where known (pods: which incarnation
     /// was evicted).
     pub uid: Option<String>,
+    /// The store's resourceVersion right after the request: a logical clock
+    /// to order requests against watch events (whose objects carry theirs).
+    pub rv: u64,
 }
 
 /// One request of any kind, for counting.

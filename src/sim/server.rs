@@ -223,6 +223,7 @@ async fn handle(sim: Arc<SimState>, server: &str, req: Request<Incoming>) -> Res
                 resource(&sim, &parts.method, &parts.headers, &query, t, &body).await;
             if let Some(mut entry) = audit {
                 entry.code = resp.status().as_u16();
+                entry.rv = sim.store().current_rv();
                 entry.user_agent = ua.clone();
                 sim.audit.record(entry);
             }
@@ -311,6 +312,7 @@ async fn resource(
         code: 0,
         user_agent: String::new(),
         uid: None,
+        rv: 0,
     };
     let result: Result<(u16, Value), ApiError> = async {
         let part = match t.sub.as_deref() {

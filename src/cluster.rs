@@ -1,0 +1,275 @@
+//! Every write the agent makes to its Node and its pods, by intent: mark the
+//! node (cordon, drain taint), unmark it, evict a pod, delete a pod. The
+//! rest of the code calls these, not patch shapes.
+//!
+//! The client has kube's own retry turned off: the drain paces its retries
+//! itself and must see every 429 to say who blocks it.
+
+use std::time::Duration;
+
+use http::Request;
+use serde_json::{Value, json};
+
+/// Annotation maintd sets on the Node when it cordoned it, so that undo
+/// uncordons only what maintd cordoned.
+pub const CORDONED_ANNOTATION: &str = "maintd.io/cordoned";
+
+/// A taint, as maintd sets and looks for it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TaintSpec {
+    pub key: String,
+    pub value: String,
+    pub effect: String,
+}
+
+impl TaintSpec {
+    /// maintd's own mark while it drains: `maintd.io/draining:NoSchedule`.
+    pub fn draining() -> Self {
+        TaintSpec {
+            key: "maintd.io/draining".into(),
+            value: String::new(),
+            effect: "NoSchedule".into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("node {node}: {message}")]
+    Node { node: String, message: String },
+    #[error("pod {namespace}/{name}: {message}")]
+    Pod {
+        namespace: String,
+        name: String,
+        message: String,
+    },
+}
+
+/// What became of one eviction request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EvictionOutcome {
+    /// 201: the pod is going; wait for it to disappear.
+    Evicted,
+    /// 404, or 409 on the uid precondition: the pod is already gone.
+    Gone,
+    /// 429: a PodDisruptionBudget (or a webhook) refuses for now.
+    Blocked { blocker: String },
+    /// 500: the pod is covered by more than one budget.
+    MultipleBudgets { message: String },
+    /// 403: not allowed (RBAC or admission); needs an operator.
+    Forbidden { message: String },
+    /// Anything else (network, 5xx): retry.
+    Failed { message: String },
+}
+
+/// What marking or unmarking changed on the node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeChange {
+    pub cordoned: bool,
+    pub uncordoned: bool,
+    pub tainted: bool,
+    pub untainted: bool,
+}
+
+/// The agent's writes, for one node.
+#[derive(Clone)]
+pub struct ClusterOps {
+    client: kube::Client,
+    node: String,
+    /// Field manager for the agent's writes, `maintd/<node>`.
+    pub manager: String,
+}
+
+impl ClusterOps {
+    pub fn new(client: kube::Client, node: &str) -> Self {
+        ClusterOps {
+            client,
+            node: node.to_string(),
+            manager: format!("maintd/{node}"),
+        }
+    }
+
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    fn node_err(&self, message: impl Into<String>) -> ClusterError {
+        ClusterError::Node {
+            node: self.node.clone(),
+            message: message.into(),
+        }
+    }
+
+    async fn get_node(&self) -> Result<Value, ClusterError> {
+        let req = Request::get(format!("/api/v1/nodes/{}", self.node))
+            .body(Vec::new())
+            .map_err(|e| self.node_err(e.to_string()))?;
+        self.client
+            .request::<Value>(req)
+            .await
+            .map_err(|e| self.node_err(format!("reading the node: {e}")))
+    }
+
+    /// Edits the node with `edit` (which sees the current node and returns a
+    /// merge patch, or None for no change), guarded by the node's
+    /// resourceVersion; a 409 rereads and retries. Taints are an atomic
+    /// list: this is how a taint edit never clobbers another controller's.
+    async fn edit_node(&self, mut edit: impl FnMut(&Value) -> Option<Value>) -> Result<(), ClusterError> {
+        let mut backoff = crate::index::Backoff::with(50, 1_000);
+        for _ in 0..20 {
+            let node = self.get_node().await?;
+            let Some(mut patch) = edit(&node) else {
+                return Ok(());
+            };
+            patch["metadata"]["resourceVersion"] = node["metadata"]["resourceVersion"].clone();
+            let body = serde_json::to_vec(&patch).map_err(|e| self.node_err(e.to_string()))?;
+            let req = Request::patch(format!("/api/v1/nodes/{}?fieldManager={}", self.node, self.manager))
+                .header("content-type", "application/merge-patch+json")
+                .body(body)
+                .map_err(|e| self.node_err(e.to_string()))?;
+            match self.client.request::<Value>(req).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    tokio::time::sleep(backoff.next()).await;
+                }
+                Err(e) => return Err(self.node_err(format!("patching the node: {e}"))),
+            }
+        }
+        Err(self.node_err("the node kept changing under 20 attempts to edit it; will retry"))
+    }
+
+    /// Cordons the node (recording that maintd did, unless it was already
+    /// cordoned) and puts `taint` on it. Idempotent.
+    pub async fn mark(&self, taint: &TaintSpec, cordon: bool) -> Result<NodeChange, ClusterError> {
+        let mut change = NodeChange::default();
+        self.edit_node(|node| {
+            change = NodeChange::default();
+            let mut patch = json!({});
+            if cordon && node["spec"]["unschedulable"] != true {
+                patch["spec"]["unschedulable"] = json!(true);
+                patch["metadata"]["annotations"][CORDONED_ANNOTATION] = json!("true");
+                change.cordoned = true;
+            }
+            let mut taints = node["spec"]["taints"].as_array().cloned().unwrap_or_default();
+            if !taints.iter().any(|t| t["key"] == taint.key.as_str() && t["effect"] == taint.effect.as_str()) {
+                let mut t = json!({"key": taint.key, "effect": taint.effect, "timeAdded": now_time()});
+                if !taint.value.is_empty() {
+                    t["value"] = json!(taint.value);
+                }
+                taints.push(t);
+                patch["spec"]["taints"] = Value::Array(taints);
+                change.tainted = true;
+            }
+            (change != NodeChange::default()).then_some(patch)
+        })
+        .await?;
+        Ok(change)
+    }
+
+    /// Removes maintd's taint, and uncordons the node if maintd cordoned it.
+    /// A node an admin cordoned stays cordoned. Idempotent.
+    pub async fn unmark(&self, taint: &TaintSpec) -> Result<NodeChange, ClusterError> {
+        let mut change = NodeChange::default();
+        self.edit_node(|node| {
+            change = NodeChange::default();
+            let mut patch = json!({});
+            if node["metadata"]["annotations"][CORDONED_ANNOTATION].is_string() {
+                patch["metadata"]["annotations"][CORDONED_ANNOTATION] = Value::Null;
+                if node["spec"]["unschedulable"] == true {
+                    patch["spec"]["unschedulable"] = Value::Null;
+                    change.uncordoned = true;
+                }
+            }
+            let taints = node["spec"]["taints"].as_array().cloned().unwrap_or_default();
+            let kept: Vec<Value> = taints
+                .iter()
+                .filter(|t| !(t["key"] == taint.key.as_str() && t["effect"] == taint.effect.as_str()))
+                .cloned()
+                .collect();
+            if kept.len() != taints.len() {
+                patch["spec"]["taints"] = Value::Array(kept);
+                change.untainted = true;
+            }
+            (patch != json!({})).then_some(patch)
+        })
+        .await?;
+        Ok(change)
+    }
+
+    /// Asks the API to evict one pod (by uid, so a newer pod of the same
+    /// name is never evicted by mistake). `grace` overrides the pod's own
+    /// termination grace period.
+    pub async fn evict(&self, namespace: &str, name: &str, uid: &str, grace: Option<i64>) -> EvictionOutcome {
+        let mut delete_options = json!({"preconditions": {"uid": uid}});
+        if let Some(g) = grace {
+            delete_options["gracePeriodSeconds"] = json!(g);
+        }
+        // The body is written out here: kube's EvictParams serializes the
+        // grace period under the wrong key.
+        let body = json!({
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": delete_options,
+        });
+        let req = match Request::post(format!("/api/v1/namespaces/{namespace}/pods/{name}/eviction"))
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&body).unwrap_or_default())
+        {
+            Ok(r) => r,
+            Err(e) => return EvictionOutcome::Failed { message: e.to_string() },
+        };
+        match tokio::time::timeout(Duration::from_secs(30), self.client.request::<Value>(req)).await {
+            Err(_) => EvictionOutcome::Failed { message: "the eviction request timed out after 30s".into() },
+            Ok(Ok(_)) => EvictionOutcome::Evicted,
+            Ok(Err(kube::Error::Api(s))) => match s.code {
+                404 => EvictionOutcome::Gone,
+                409 => EvictionOutcome::Gone,
+                429 => {
+                    let cause = s
+                        .details
+                        .as_ref()
+                        .and_then(|d| d.causes.iter().find(|c| !c.message.is_empty()))
+                        .map(|c| c.message.clone());
+                    EvictionOutcome::Blocked { blocker: cause.unwrap_or(s.message.clone()) }
+                }
+                500 if s.message.contains("more than one PodDisruptionBudget") => {
+                    EvictionOutcome::MultipleBudgets { message: s.message.clone() }
+                }
+                403 => EvictionOutcome::Forbidden { message: s.message.clone() },
+                _ => EvictionOutcome::Failed { message: format!("{} ({})", s.message, s.code) },
+            },
+            Ok(Err(e)) => EvictionOutcome::Failed { message: e.to_string() },
+        }
+    }
+
+    /// Deletes a pod (completed pods, and escalation on shutdown), by uid.
+    pub async fn delete_pod(&self, namespace: &str, name: &str, uid: &str, grace: Option<i64>) -> Result<(), ClusterError> {
+        let mut opts = json!({"preconditions": {"uid": uid}});
+        if let Some(g) = grace {
+            opts["gracePeriodSeconds"] = json!(g);
+        }
+        let err = |message: String| ClusterError::Pod {
+            namespace: namespace.into(),
+            name: name.into(),
+            message,
+        };
+        let req = Request::delete(format!("/api/v1/namespaces/{namespace}/pods/{name}"))
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&opts).unwrap_or_default())
+            .map_err(|e| err(e.to_string()))?;
+        match self.client.request::<Value>(req).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+            Err(e) => Err(err(format!("deleting: {e}"))),
+        }
+    }
+}
+
+fn now_time() -> String {
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}

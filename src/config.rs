@@ -1,0 +1,102 @@
+//! The agent's settings: flags and environment, validated into one Config.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::drain::executor::TimeoutPolicy;
+
+/// Flags of `maintd run` (and the agent part of `maintd demo`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct AgentArgs {
+    /// This node's name (the DaemonSet passes it from the downward API).
+    #[arg(long, env = "NODE_NAME")]
+    pub node: Option<String>,
+    /// The agent's own pod, never drained (downward API).
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub pod_namespace: Option<String>,
+    /// Taint keys that request a drain when present on the node (any effect).
+    #[arg(long = "drain-taint", default_value = "maintd.io/drain", value_delimiter = ',')]
+    pub drain_taints: Vec<String>,
+    /// The kubelet's static pod directory.
+    #[arg(long, env = "MAINTD_STATIC_POD_DIR", default_value = "/etc/kubernetes/manifests")]
+    pub static_pod_dir: PathBuf,
+    /// Where static pod manifests are kept during maintenance; must be on
+    /// the same filesystem. Default: beside the static pod directory.
+    #[arg(long, env = "MAINTD_STATIC_POD_STASH")]
+    pub static_pod_stash: Option<PathBuf>,
+    /// At most this many evictions in flight.
+    #[arg(long, default_value_t = 256)]
+    pub concurrency: usize,
+    /// Give up waiting on a stage after this many seconds (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub stage_timeout_seconds: u64,
+    /// What to do when a stage times out.
+    #[arg(long, value_enum, default_value_t = TimeoutPolicy::Wait)]
+    pub on_stage_timeout: TimeoutPolicy,
+}
+
+/// The validated settings of one agent.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub node: String,
+    pub own_pod: Option<(String, String)>,
+    pub drain_taints: Vec<String>,
+    pub static_pod_dir: PathBuf,
+    pub static_pod_stash: Option<PathBuf>,
+    pub concurrency: usize,
+    pub stage_timeout: Option<Duration>,
+    pub on_stage_timeout: TimeoutPolicy,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("the node name is not set: pass --node or set NODE_NAME (the DaemonSet sets it from spec.nodeName)")]
+    NoNode,
+    #[error("invalid setting {name}: {why}")]
+    Invalid { name: &'static str, why: String },
+}
+
+impl AgentArgs {
+    pub fn into_config(self) -> Result<Config, ConfigError> {
+        let node = self.node.filter(|n| !n.trim().is_empty()).ok_or(ConfigError::NoNode)?;
+        if self.concurrency == 0 {
+            return Err(ConfigError::Invalid { name: "--concurrency", why: "must be at least 1".into() });
+        }
+        let drain_taints: Vec<String> = self.drain_taints.into_iter().map(|k| k.trim().to_string()).filter(|k| !k.is_empty()).collect();
+        if drain_taints.is_empty() {
+            return Err(ConfigError::Invalid { name: "--drain-taint", why: "at least one taint key is needed".into() });
+        }
+        let own_pod = match (self.pod_namespace, self.pod_name) {
+            (Some(ns), Some(name)) if !ns.is_empty() && !name.is_empty() => Some((ns, name)),
+            _ => None,
+        };
+        Ok(Config {
+            node,
+            own_pod,
+            drain_taints,
+            static_pod_dir: self.static_pod_dir,
+            static_pod_stash: self.static_pod_stash,
+            concurrency: self.concurrency,
+            stage_timeout: (self.stage_timeout_seconds > 0).then(|| Duration::from_secs(self.stage_timeout_seconds)),
+            on_stage_timeout: self.on_stage_timeout,
+        })
+    }
+}
+
+impl Config {
+    /// Settings for a node with every default (tests and the demo).
+    pub fn for_node(node: &str, static_pod_dir: PathBuf) -> Config {
+        Config {
+            node: node.to_string(),
+            own_pod: None,
+            drain_taints: vec!["maintd.io/drain".into()],
+            static_pod_dir,
+            static_pod_stash: None,
+            concurrency: 256,
+            stage_timeout: None,
+            on_stage_timeout: TimeoutPolicy::Wait,
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! What a drain tells the world as it goes: a stream of events (for the demo,
+//! logs, Events and metrics) and a status snapshot (for the local endpoint,
+//! the Node condition and NodeMaintenance status).
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+use super::plan::{DrainPlan, PodType};
+
+/// One thing that happened during a drain or its undo.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DrainEvent {
+    /// Milliseconds since the agent started.
+    pub t_ms: u64,
+    pub event: EventKind,
+    pub node: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_type: Option<PodType>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// 1-based stage number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stage: Option<usize>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    DrainStarted,
+    NodeMarked,
+    StageStarted,
+    PodEvicting,
+    PodEvicted,
+    PodBlocked,
+    PodError,
+    PodGone,
+    PodDeleted,
+    PodSkipped,
+    StaticPodsStashed,
+    StageCompleted,
+    StageTimedOut,
+    StageEscalated,
+    DrainCompleted,
+    DrainCancelled,
+    UndoStarted,
+    NodeUnmarked,
+    StaticPodsRestored,
+    UndoCompleted,
+    Warning,
+}
+
+/// Where a drain stands, as one snapshot.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct DrainStatus {
+    pub phase: Phase,
+    /// 1-based number of the stage running now.
+    pub current_stage: Option<usize>,
+    pub stages: Vec<StageStatus>,
+    pub pods_total: usize,
+    pub pods_remaining: usize,
+    pub blockers: Vec<Blocker>,
+    pub skipped: Vec<SkippedStatus>,
+    pub warnings: Vec<String>,
+    pub started_at: Option<String>,
+    pub updated_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub enum Phase {
+    #[default]
+    Idle,
+    Cordoned,
+    Draining,
+    Blocked,
+    Drained,
+    Failed,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StageStatus {
+    pub stage: usize,
+    pub label: String,
+    pub pod_type: PodType,
+    pub priority: i32,
+    pub state: StageState,
+    pub pods: Vec<PodStatus>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StageState {
+    Pending,
+    Running,
+    Done,
+    TimedOut,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PodStatus {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub state: PodState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocker: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum PodState {
+    Pending,
+    Evicting,
+    Blocked,
+    Terminating,
+    Gone,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Blocker {
+    pub namespace: String,
+    pub pod: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SkippedStatus {
+    pub namespace: String,
+    pub pod: String,
+    pub reason: String,
+}
+
+/// The shared progress of the agent's drain: events out, snapshot in.
+#[derive(Clone)]
+pub struct Progress {
+    pub node: String,
+    started: Instant,
+    events: broadcast::Sender<DrainEvent>,
+    status: Arc<Mutex<DrainStatus>>,
+}
+
+impl Progress {
+    pub fn new(node: &str) -> Self {
+        let (events, _) = broadcast::channel(4096);
+        Progress {
+            node: node.to_string(),
+            started: Instant::now(),
+            events,
+            status: Arc::default(),
+        }
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<DrainEvent> {
+        self.events.subscribe()
+    }
+
+    /// A new event for this node, to be filled in and sent.
+    pub fn event(&self, event: EventKind) -> DrainEvent {
+        DrainEvent {
+            t_ms: self.started.elapsed().as_millis() as u64,
+            event,
+            node: self.node.clone(),
+            namespace: None,
+            pod: None,
+            pod_type: None,
+            priority: None,
+            stage: None,
+            message: String::new(),
+        }
+    }
+
+    pub fn emit(&self, ev: DrainEvent) {
+        match ev.event {
+            EventKind::PodBlocked | EventKind::PodError | EventKind::Warning | EventKind::StageTimedOut => {
+                tracing::warn!(node = %ev.node, pod = ?ev.pod, namespace = ?ev.namespace, stage = ?ev.stage, message = %ev.message, "{:?}", ev.event)
+            }
+            _ => tracing::info!(node = %ev.node, pod = ?ev.pod, namespace = ?ev.namespace, stage = ?ev.stage, message = %ev.message, "{:?}", ev.event),
+        }
+        // Nobody listening is fine.
+        let _ = self.events.send(ev);
+    }
+
+    pub fn status(&self) -> DrainStatus {
+        self.status.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Changes the snapshot and stamps updated_at.
+    pub fn update(&self, f: impl FnOnce(&mut DrainStatus)) {
+        let mut st = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut st);
+        st.updated_at = Some(now_time());
+    }
+
+    /// Records the plan in the snapshot, keeping what is known of each pod.
+    pub fn set_plan(&self, plan: &DrainPlan, gone_or_state: impl Fn(&str) -> (PodState, Option<String>)) {
+        self.update(|st| {
+            st.stages = plan
+                .stages
+                .iter()
+                .enumerate()
+                .map(|(i, s)| StageStatus {
+                    stage: i + 1,
+                    label: s.label.clone(),
+                    pod_type: s.pod_type,
+                    priority: s.priority,
+                    state: match st.current_stage {
+                        Some(c) if c == i + 1 => StageState::Running,
+                        _ => StageState::Pending,
+                    },
+                    pods: s
+                        .pods
+                        .iter()
+                        .map(|p| {
+                            let (state, blocker) = gone_or_state(&p.uid);
+                            PodStatus { uid: p.uid.clone(), namespace: p.namespace.clone(), name: p.name.clone(), state, blocker }
+                        })
+                        .collect(),
+                })
+                .collect();
+            st.pods_remaining = plan.stages.iter().map(|s| s.pods.len()).sum();
+            st.pods_total = st.pods_total.max(st.pods_remaining);
+            st.skipped = plan
+                .skipped
+                .iter()
+                .map(|s| SkippedStatus { namespace: s.namespace.clone(), pod: s.name.clone(), reason: format!("{:?}", s.reason) })
+                .collect();
+            st.warnings = plan.warnings.clone();
+        });
+    }
+}
+
+pub fn now_time() -> String {
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}

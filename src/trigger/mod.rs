@@ -1,0 +1,23 @@
+//! Triggers: everything that can ask for this node to be drained. Each one
+//! becomes the same request to the drain engine.
+
+pub mod taint;
+
+use crate::drain::plan::PlanEntry;
+
+/// What the triggers together want for the node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Desired {
+    /// Why, one line per active trigger (e.g. "taint maintd.io/drain").
+    pub sources: Vec<String>,
+    /// Evict pods (false: cordon and taint only).
+    pub evict: bool,
+    /// The plan entries to use; None for the default plan.
+    pub entries: Option<Vec<PlanEntry>>,
+}
+
+impl Desired {
+    pub fn active(&self) -> bool {
+        !self.sources.is_empty()
+    }
+}
