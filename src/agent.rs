@@ -34,7 +34,10 @@ impl Agent {
     /// off (the drain paces its own retries).
     pub fn new(config: Config, client: kube::Client) -> Agent {
         let ops = ClusterOps::new(client, &config.node);
-        let stash = Some(StaticPodStash::new(config.static_pod_dir.clone(), config.static_pod_stash.clone()));
+        let stash = Some(StaticPodStash::new(
+            config.static_pod_dir.clone(),
+            config.static_pod_stash.clone(),
+        ));
         Agent {
             drainer: Drainer {
                 ops,
@@ -86,7 +89,8 @@ impl Agent {
         let marked = self.node.by_name(&self.config.node).is_some_and(|n| {
             n["metadata"]["annotations"][CORDONED_ANNOTATION].is_string()
                 || n["spec"]["taints"].as_array().is_some_and(|ts| {
-                    ts.iter().any(|t| t["key"] == self.drainer.taint.key.as_str())
+                    ts.iter()
+                        .any(|t| t["key"] == self.drainer.taint.key.as_str())
                 })
         });
         let stashed = self
@@ -103,12 +107,18 @@ impl Agent {
         let client = self.drainer.ops.client().clone();
         tokio::spawn(self.drainer.pods.clone().run(
             client.clone(),
-            WatchTarget { path: "/api/v1/pods".into(), field_selector: Some(format!("spec.nodeName={}", self.config.node)) },
+            WatchTarget {
+                path: "/api/v1/pods".into(),
+                field_selector: Some(format!("spec.nodeName={}", self.config.node)),
+            },
             stop.clone(),
         ));
         tokio::spawn(self.node.clone().run(
             client,
-            WatchTarget { path: "/api/v1/nodes".into(), field_selector: Some(format!("metadata.name={}", self.config.node)) },
+            WatchTarget {
+                path: "/api/v1/nodes".into(),
+                field_selector: Some(format!("metadata.name={}", self.config.node)),
+            },
             stop.clone(),
         ));
         let (pods, node) = (self.drainer.pods.clone(), self.node.clone());
@@ -150,7 +160,11 @@ impl Agent {
                     let opts = self.options(&desired);
                     let c = cancel.clone();
                     let task = tokio::spawn(async move { drainer.run(opts, c).await });
-                    running = Some(Running { desired, cancel, task });
+                    running = Some(Running {
+                        desired,
+                        cancel,
+                        task,
+                    });
                 }
                 (None, false) => {
                     if self.has_leftovers() {
@@ -188,7 +202,9 @@ impl Agent {
             node.wait_until(move |i| {
                 i.by_name(&name).is_none_or(|n| {
                     !n["metadata"]["annotations"][CORDONED_ANNOTATION].is_string()
-                        && !n["spec"]["taints"].as_array().is_some_and(|ts| ts.iter().any(|t| t["key"] == key.as_str()))
+                        && !n["spec"]["taints"]
+                            .as_array()
+                            .is_some_and(|ts| ts.iter().any(|t| t["key"] == key.as_str()))
                 })
             }),
         )

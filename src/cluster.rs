@@ -118,7 +118,10 @@ impl ClusterOps {
     /// merge patch, or None for no change), guarded by the node's
     /// resourceVersion; a 409 rereads and retries. Taints are an atomic
     /// list: this is how a taint edit never clobbers another controller's.
-    async fn edit_node(&self, mut edit: impl FnMut(&Value) -> Option<Value>) -> Result<(), ClusterError> {
+    async fn edit_node(
+        &self,
+        mut edit: impl FnMut(&Value) -> Option<Value>,
+    ) -> Result<(), ClusterError> {
         let mut backoff = crate::index::Backoff::with(50, 1_000);
         for _ in 0..20 {
             let node = self.get_node().await?;
@@ -127,10 +130,13 @@ impl ClusterOps {
             };
             patch["metadata"]["resourceVersion"] = node["metadata"]["resourceVersion"].clone();
             let body = serde_json::to_vec(&patch).map_err(|e| self.node_err(e.to_string()))?;
-            let req = Request::patch(format!("/api/v1/nodes/{}?fieldManager={}", self.node, self.manager))
-                .header("content-type", "application/merge-patch+json")
-                .body(body)
-                .map_err(|e| self.node_err(e.to_string()))?;
+            let req = Request::patch(format!(
+                "/api/v1/nodes/{}?fieldManager={}",
+                self.node, self.manager
+            ))
+            .header("content-type", "application/merge-patch+json")
+            .body(body)
+            .map_err(|e| self.node_err(e.to_string()))?;
             match self.client.request::<Value>(req).await {
                 Ok(_) => return Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -154,9 +160,16 @@ impl ClusterOps {
                 patch["metadata"]["annotations"][CORDONED_ANNOTATION] = json!("true");
                 change.cordoned = true;
             }
-            let mut taints = node["spec"]["taints"].as_array().cloned().unwrap_or_default();
-            if !taints.iter().any(|t| t["key"] == taint.key.as_str() && t["effect"] == taint.effect.as_str()) {
-                let mut t = json!({"key": taint.key, "effect": taint.effect, "timeAdded": now_time()});
+            let mut taints = node["spec"]["taints"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if !taints
+                .iter()
+                .any(|t| t["key"] == taint.key.as_str() && t["effect"] == taint.effect.as_str())
+            {
+                let mut t =
+                    json!({"key": taint.key, "effect": taint.effect, "timeAdded": now_time()});
                 if !taint.value.is_empty() {
                     t["value"] = json!(taint.value);
                 }
@@ -184,10 +197,15 @@ impl ClusterOps {
                     change.uncordoned = true;
                 }
             }
-            let taints = node["spec"]["taints"].as_array().cloned().unwrap_or_default();
+            let taints = node["spec"]["taints"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
             let kept: Vec<Value> = taints
                 .iter()
-                .filter(|t| !(t["key"] == taint.key.as_str() && t["effect"] == taint.effect.as_str()))
+                .filter(|t| {
+                    !(t["key"] == taint.key.as_str() && t["effect"] == taint.effect.as_str())
+                })
                 .cloned()
                 .collect();
             if kept.len() != taints.len() {
@@ -203,7 +221,13 @@ impl ClusterOps {
     /// Asks the API to evict one pod (by uid, so a newer pod of the same
     /// name is never evicted by mistake). `grace` overrides the pod's own
     /// termination grace period.
-    pub async fn evict(&self, namespace: &str, name: &str, uid: &str, grace: Option<i64>) -> EvictionOutcome {
+    pub async fn evict(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        grace: Option<i64>,
+    ) -> EvictionOutcome {
         let mut delete_options = json!({"preconditions": {"uid": uid}});
         if let Some(g) = grace {
             delete_options["gracePeriodSeconds"] = json!(g);
@@ -216,15 +240,24 @@ impl ClusterOps {
             "metadata": {"name": name, "namespace": namespace},
             "deleteOptions": delete_options,
         });
-        let req = match Request::post(format!("/api/v1/namespaces/{namespace}/pods/{name}/eviction"))
-            .header("content-type", "application/json")
-            .body(serde_json::to_vec(&body).unwrap_or_default())
+        let req = match Request::post(format!(
+            "/api/v1/namespaces/{namespace}/pods/{name}/eviction"
+        ))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).unwrap_or_default())
         {
             Ok(r) => r,
-            Err(e) => return EvictionOutcome::Failed { message: e.to_string() },
+            Err(e) => {
+                return EvictionOutcome::Failed {
+                    message: e.to_string(),
+                };
+            }
         };
-        match tokio::time::timeout(Duration::from_secs(30), self.client.request::<Value>(req)).await {
-            Err(_) => EvictionOutcome::Failed { message: "the eviction request timed out after 30s".into() },
+        match tokio::time::timeout(Duration::from_secs(30), self.client.request::<Value>(req)).await
+        {
+            Err(_) => EvictionOutcome::Failed {
+                message: "the eviction request timed out after 30s".into(),
+            },
             Ok(Ok(_)) => EvictionOutcome::Evicted,
             Ok(Err(kube::Error::Api(s))) => match s.code {
                 404 => EvictionOutcome::Gone,
@@ -235,20 +268,36 @@ impl ClusterOps {
                         .as_ref()
                         .and_then(|d| d.causes.iter().find(|c| !c.message.is_empty()))
                         .map(|c| c.message.clone());
-                    EvictionOutcome::Blocked { blocker: cause.unwrap_or(s.message.clone()) }
+                    EvictionOutcome::Blocked {
+                        blocker: cause.unwrap_or(s.message.clone()),
+                    }
                 }
                 500 if s.message.contains("more than one PodDisruptionBudget") => {
-                    EvictionOutcome::MultipleBudgets { message: s.message.clone() }
+                    EvictionOutcome::MultipleBudgets {
+                        message: s.message.clone(),
+                    }
                 }
-                403 => EvictionOutcome::Forbidden { message: s.message.clone() },
-                _ => EvictionOutcome::Failed { message: format!("{} ({})", s.message, s.code) },
+                403 => EvictionOutcome::Forbidden {
+                    message: s.message.clone(),
+                },
+                _ => EvictionOutcome::Failed {
+                    message: format!("{} ({})", s.message, s.code),
+                },
             },
-            Ok(Err(e)) => EvictionOutcome::Failed { message: e.to_string() },
+            Ok(Err(e)) => EvictionOutcome::Failed {
+                message: e.to_string(),
+            },
         }
     }
 
     /// Deletes a pod (completed pods, and escalation on shutdown), by uid.
-    pub async fn delete_pod(&self, namespace: &str, name: &str, uid: &str, grace: Option<i64>) -> Result<(), ClusterError> {
+    pub async fn delete_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        grace: Option<i64>,
+    ) -> Result<(), ClusterError> {
         let mut opts = json!({"preconditions": {"uid": uid}});
         if let Some(g) = grace {
             opts["gracePeriodSeconds"] = json!(g);
@@ -271,5 +320,7 @@ impl ClusterOps {
 }
 
 fn now_time() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }

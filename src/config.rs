@@ -17,10 +17,18 @@ pub struct AgentArgs {
     #[arg(long, env = "POD_NAMESPACE")]
     pub pod_namespace: Option<String>,
     /// Taint keys that request a drain when present on the node (any effect).
-    #[arg(long = "drain-taint", default_value = "maintd.io/drain", value_delimiter = ',')]
+    #[arg(
+        long = "drain-taint",
+        default_value = "maintd.io/drain",
+        value_delimiter = ','
+    )]
     pub drain_taints: Vec<String>,
     /// The kubelet's static pod directory.
-    #[arg(long, env = "MAINTD_STATIC_POD_DIR", default_value = "/etc/kubernetes/manifests")]
+    #[arg(
+        long,
+        env = "MAINTD_STATIC_POD_DIR",
+        default_value = "/etc/kubernetes/manifests"
+    )]
     pub static_pod_dir: PathBuf,
     /// Where static pod manifests are kept during maintenance; must be on
     /// the same filesystem. Default: beside the static pod directory.
@@ -52,7 +60,9 @@ pub struct Config {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("the node name is not set: pass --node or set NODE_NAME (the DaemonSet sets it from spec.nodeName)")]
+    #[error(
+        "the node name is not set: pass --node or set NODE_NAME (the DaemonSet sets it from spec.nodeName)"
+    )]
     NoNode,
     #[error("invalid setting {name}: {why}")]
     Invalid { name: &'static str, why: String },
@@ -60,13 +70,27 @@ pub enum ConfigError {
 
 impl AgentArgs {
     pub fn into_config(self) -> Result<Config, ConfigError> {
-        let node = self.node.filter(|n| !n.trim().is_empty()).ok_or(ConfigError::NoNode)?;
+        let node = self
+            .node
+            .filter(|n| !n.trim().is_empty())
+            .ok_or(ConfigError::NoNode)?;
         if self.concurrency == 0 {
-            return Err(ConfigError::Invalid { name: "--concurrency", why: "must be at least 1".into() });
+            return Err(ConfigError::Invalid {
+                name: "--concurrency",
+                why: "must be at least 1".into(),
+            });
         }
-        let drain_taints: Vec<String> = self.drain_taints.into_iter().map(|k| k.trim().to_string()).filter(|k| !k.is_empty()).collect();
+        let drain_taints: Vec<String> = self
+            .drain_taints
+            .into_iter()
+            .map(|k| k.trim().to_string())
+            .filter(|k| !k.is_empty())
+            .collect();
         if drain_taints.is_empty() {
-            return Err(ConfigError::Invalid { name: "--drain-taint", why: "at least one taint key is needed".into() });
+            return Err(ConfigError::Invalid {
+                name: "--drain-taint",
+                why: "at least one taint key is needed".into(),
+            });
         }
         let own_pod = match (self.pod_namespace, self.pod_name) {
             (Some(ns), Some(name)) if !ns.is_empty() && !name.is_empty() => Some((ns, name)),
@@ -79,7 +103,8 @@ impl AgentArgs {
             static_pod_dir: self.static_pod_dir,
             static_pod_stash: self.static_pod_stash,
             concurrency: self.concurrency,
-            stage_timeout: (self.stage_timeout_seconds > 0).then(|| Duration::from_secs(self.stage_timeout_seconds)),
+            stage_timeout: (self.stage_timeout_seconds > 0)
+                .then(|| Duration::from_secs(self.stage_timeout_seconds)),
             on_stage_timeout: self.on_stage_timeout,
         })
     }

@@ -241,7 +241,11 @@ impl Index {
     }
 }
 
-async fn list_all(client: &kube::Client, req: &Request, lp: &ListParams) -> Result<(Vec<Value>, String), kube::Error> {
+async fn list_all(
+    client: &kube::Client,
+    req: &Request,
+    lp: &ListParams,
+) -> Result<(Vec<Value>, String), kube::Error> {
     let mut items = Vec::new();
     let mut lp = lp.clone();
     lp.limit = Some(500);
@@ -263,7 +267,9 @@ fn uid_of(o: &Value) -> Option<String> {
 fn event_rv(ev: &WatchEvent<Value>) -> Option<String> {
     match ev {
         WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => {
-            o["metadata"]["resourceVersion"].as_str().map(str::to_string)
+            o["metadata"]["resourceVersion"]
+                .as_str()
+                .map(str::to_string)
         }
         WatchEvent::Bookmark(b) => Some(b.metadata.resource_version.clone()),
         WatchEvent::Error(_) => None,
@@ -292,7 +298,11 @@ impl Backoff {
     }
 
     pub fn with(base_ms: u64, cap_ms: u64) -> Self {
-        Backoff { next_ms: base_ms, base_ms, cap_ms }
+        Backoff {
+            next_ms: base_ms,
+            base_ms,
+            cap_ms,
+        }
     }
 
     /// The next delay: grows ×2 up to the cap, with ±25 % jitter so many

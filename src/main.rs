@@ -142,7 +142,11 @@ async fn main() -> anyhow::Result<()> {
             let _ = task.await;
             Ok(())
         }
-        Command::Plan { node, kubeconfig, output } => {
+        Command::Plan {
+            node,
+            kubeconfig,
+            output,
+        } => {
             let client = client(kubeconfig.as_ref()).await?;
             let plan = maintd::plan_cmd::plan_for_node(&client, &node).await?;
             match output {

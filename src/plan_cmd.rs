@@ -26,15 +26,30 @@ pub async fn plan_for_node(client: &kube::Client, node: &str) -> Result<DrainPla
 pub fn render(plan: &DrainPlan) -> String {
     let mut out = String::new();
     let total: usize = plan.stages.iter().map(|s| s.pods.len()).sum();
-    out.push_str(&format!("{} stages, {} pods to drain\n", plan.stages.len(), total));
+    out.push_str(&format!(
+        "{} stages, {} pods to drain\n",
+        plan.stages.len(),
+        total
+    ));
     for (i, stage) in plan.stages.iter().enumerate() {
-        out.push_str(&format!("\nstage {}: {} ({} pods)\n", i + 1, stage.label, stage.pods.len()));
+        out.push_str(&format!(
+            "\nstage {}: {} ({} pods)\n",
+            i + 1,
+            stage.label,
+            stage.pods.len()
+        ));
         for p in &stage.pods {
-            out.push_str(&format!("  {}/{}  priority {}  {:?}\n", p.namespace, p.name, p.priority, p.action));
+            out.push_str(&format!(
+                "  {}/{}  priority {}  {:?}\n",
+                p.namespace, p.name, p.priority, p.action
+            ));
         }
     }
     if !plan.completed.is_empty() {
-        out.push_str(&format!("\ncompleted pods, deleted first: {}\n", plan.completed.len()));
+        out.push_str(&format!(
+            "\ncompleted pods, deleted first: {}\n",
+            plan.completed.len()
+        ));
     }
     if !plan.skipped.is_empty() {
         out.push_str("\nnot drained:\n");

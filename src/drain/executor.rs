@@ -22,7 +22,17 @@ use crate::cluster::{ClusterOps, EvictionOutcome, TaintSpec};
 use crate::index::{Backoff, Index};
 
 /// What to do when a stage's time is up and pods remain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum TimeoutPolicy {
     /// Report, and keep waiting: a maintenance drain never skips a budget.
@@ -96,7 +106,12 @@ fn lock_book(b: &Book) -> std::sync::MutexGuard<'_, PodBook> {
 impl Drainer {
     /// The plan for the pods on the node now.
     pub fn plan(&self, opts: &DrainOptions) -> DrainPlan {
-        let pods: Vec<PodInfo> = self.pods.all().iter().map(|p| PodInfo::from_json(p)).collect();
+        let pods: Vec<PodInfo> = self
+            .pods
+            .all()
+            .iter()
+            .map(|p| PodInfo::from_json(p))
+            .collect();
         plan::build_plan(&pods, opts.entries.as_deref(), &opts.plan)
     }
 
@@ -127,7 +142,13 @@ impl Drainer {
             let plan = self.plan(&opts);
             self.delete_completed(&plan, &book).await;
             let b = book.clone();
-            p.set_plan(&plan, move |uid| lock_book(&b).state.get(uid).cloned().unwrap_or((PodState::Pending, None)));
+            p.set_plan(&plan, move |uid| {
+                lock_book(&b)
+                    .state
+                    .get(uid)
+                    .cloned()
+                    .unwrap_or((PodState::Pending, None))
+            });
             let abandoned = lock_book(&book).abandoned.clone();
             let next = plan
                 .stages
@@ -157,7 +178,8 @@ impl Drainer {
             };
             last_reported_drained = false;
             let share = opts.deadline.map(|d| self.stage_share(&plan, i, d));
-            self.run_stage(i + 1, stage, &opts, share, &book, &cancel).await;
+            self.run_stage(i + 1, stage, &opts, share, &book, &cancel)
+                .await;
         }
     }
 
@@ -172,13 +194,18 @@ impl Drainer {
                     ev.message = format!(
                         "{}{}",
                         if change.cordoned { "cordoned; " } else { "" },
-                        if change.tainted { format!("tainted {}:{}", self.taint.key, self.taint.effect) } else { "taint already present".into() }
+                        if change.tainted {
+                            format!("tainted {}:{}", self.taint.key, self.taint.effect)
+                        } else {
+                            "taint already present".into()
+                        }
                     );
                     self.progress.emit(ev);
                     return true;
                 }
                 Err(e) => {
-                    self.progress.update(|st| st.last_error = Some(e.to_string()));
+                    self.progress
+                        .update(|st| st.last_error = Some(e.to_string()));
                     let mut ev = self.progress.event(EventKind::Warning);
                     ev.message = e.to_string();
                     self.progress.emit(ev);
@@ -202,7 +229,11 @@ impl Drainer {
             ev.pod = Some(pod.name.clone());
             ev.pod_type = Some(pod.pod_type);
             ev.priority = Some(pod.priority);
-            match self.ops.delete_pod(&pod.namespace, &pod.name, &pod.uid, None).await {
+            match self
+                .ops
+                .delete_pod(&pod.namespace, &pod.name, &pod.uid, None)
+                .await
+            {
                 Ok(()) => ev.message = "completed pod deleted".into(),
                 Err(e) => {
                     ev.event = EventKind::PodError;
@@ -223,14 +254,30 @@ impl Drainer {
                 seconds: s.pods.iter().map(|p| p.grace_seconds).max().unwrap_or(0) as f64,
             })
             .collect();
-        super::budget::split_budget(left, &needs).first().copied().unwrap_or(Duration::ZERO)
+        super::budget::split_budget(left, &needs)
+            .first()
+            .copied()
+            .unwrap_or(Duration::ZERO)
     }
 
-    async fn run_stage(&self, number: usize, stage: &Stage, opts: &DrainOptions, share: Option<Duration>, book_: &Book, cancel: &CancellationToken) {
+    async fn run_stage(
+        &self,
+        number: usize,
+        stage: &Stage,
+        opts: &DrainOptions,
+        share: Option<Duration>,
+        book_: &Book,
+        cancel: &CancellationToken,
+    ) {
         let p = &self.progress;
         let pods: Vec<plan::PlannedPod> = {
             let b = lock_book(book_);
-            stage.pods.iter().filter(|x| !b.abandoned.contains(&x.uid)).cloned().collect()
+            stage
+                .pods
+                .iter()
+                .filter(|x| !b.abandoned.contains(&x.uid))
+                .cloned()
+                .collect()
         };
         p.update(|st| {
             st.phase = Phase::Draining;
@@ -322,8 +369,16 @@ impl Drainer {
                 (*state == PodState::Blocked).then(|| {
                     let pod = self.pods.get(uid);
                     Blocker {
-                        namespace: pod.as_ref().and_then(|p| p["metadata"]["namespace"].as_str()).unwrap_or("").to_string(),
-                        pod: pod.as_ref().and_then(|p| p["metadata"]["name"].as_str()).unwrap_or("").to_string(),
+                        namespace: pod
+                            .as_ref()
+                            .and_then(|p| p["metadata"]["namespace"].as_str())
+                            .unwrap_or("")
+                            .to_string(),
+                        pod: pod
+                            .as_ref()
+                            .and_then(|p| p["metadata"]["name"].as_str())
+                            .unwrap_or("")
+                            .to_string(),
                         reason: why.clone().unwrap_or_default(),
                     }
                 })
@@ -332,13 +387,19 @@ impl Drainer {
             .collect();
         drop(b);
         self.progress.update(|st| {
-            st.phase = if blockers.is_empty() { Phase::Draining } else { Phase::Blocked };
+            st.phase = if blockers.is_empty() {
+                Phase::Draining
+            } else {
+                Phase::Blocked
+            };
             st.blockers = blockers;
         });
     }
 
     fn set_pod(&self, book_: &Book, uid: &str, state: PodState, why: Option<String>) {
-        lock_book(book_).state.insert(uid.to_string(), (state, why.clone()));
+        lock_book(book_)
+            .state
+            .insert(uid.to_string(), (state, why.clone()));
         self.progress.update(|st| {
             for pod in st.stages.iter_mut().flat_map(|s| s.pods.iter_mut()) {
                 if pod.uid == uid {
@@ -346,7 +407,12 @@ impl Drainer {
                     pod.blocker = why.clone();
                 }
             }
-            st.pods_remaining = st.stages.iter().flat_map(|s| &s.pods).filter(|p| p.state != PodState::Gone).count();
+            st.pods_remaining = st
+                .stages
+                .iter()
+                .flat_map(|s| &s.pods)
+                .filter(|p| p.state != PodState::Gone)
+                .count();
         });
     }
 
@@ -376,7 +442,9 @@ impl Drainer {
             .iter()
             .filter(|m| {
                 pods.iter().any(|pod| {
-                    m.pod_name.as_deref().is_some_and(|n| StaticPodStash::mirror_pod_name(n, node) == pod.name)
+                    m.pod_name
+                        .as_deref()
+                        .is_some_and(|n| StaticPodStash::mirror_pod_name(n, node) == pod.name)
                         && m.namespace.as_deref().unwrap_or("default") == pod.namespace
                 })
             })
@@ -384,7 +452,11 @@ impl Drainer {
             .collect();
         match stash.stash(Some(&files)) {
             Ok(report) => {
-                ev.message = format!("moved {} manifests out of the kubelet's directory: {}", files.len(), files.join(", "));
+                ev.message = format!(
+                    "moved {} manifests out of the kubelet's directory: {}",
+                    files.len(),
+                    files.join(", ")
+                );
                 let _ = report;
             }
             Err(e) => {
@@ -406,9 +478,15 @@ impl Drainer {
             ev.stage = Some(number);
             ev.namespace = Some(pod.namespace.clone());
             ev.pod = Some(pod.name.clone());
-            ev.message = format!("deleting with a {grace}s grace period: the shutdown budget for this stage ran out");
+            ev.message = format!(
+                "deleting with a {grace}s grace period: the shutdown budget for this stage ran out"
+            );
             self.progress.emit(ev);
-            if let Err(e) = self.ops.delete_pod(&pod.namespace, &pod.name, &pod.uid, Some(grace)).await {
+            if let Err(e) = self
+                .ops
+                .delete_pod(&pod.namespace, &pod.name, &pod.uid, Some(grace))
+                .await
+            {
                 let mut ev = self.progress.event(EventKind::PodError);
                 ev.message = e.to_string();
                 self.progress.emit(ev);
@@ -417,7 +495,14 @@ impl Drainer {
     }
 
     /// Evicts one pod and waits for it to be gone, retrying refusals.
-    async fn drain_pod(&self, number: usize, pod: plan::PlannedPod, sem: Arc<Semaphore>, book_: Book, cancel: CancellationToken) {
+    async fn drain_pod(
+        &self,
+        number: usize,
+        pod: plan::PlannedPod,
+        sem: Arc<Semaphore>,
+        book_: Book,
+        cancel: CancellationToken,
+    ) {
         let p = &self.progress;
         let event = |kind: EventKind, message: String| {
             let mut ev = p.event(kind);
@@ -442,7 +527,9 @@ impl Drainer {
                 let outcome = {
                     let _permit = sem.acquire().await;
                     p.emit(event(EventKind::PodEvicting, String::new()));
-                    self.ops.evict(&pod.namespace, &pod.name, &pod.uid, None).await
+                    self.ops
+                        .evict(&pod.namespace, &pod.name, &pod.uid, None)
+                        .await
                 };
                 let (blocker, kind) = match outcome {
                     EvictionOutcome::Evicted => {
@@ -452,8 +539,12 @@ impl Drainer {
                     }
                     EvictionOutcome::Gone => break,
                     EvictionOutcome::Blocked { blocker } => (blocker, EventKind::PodBlocked),
-                    EvictionOutcome::MultipleBudgets { message } => (message, EventKind::PodBlocked),
-                    EvictionOutcome::Forbidden { message } => (format!("forbidden: {message}"), EventKind::PodError),
+                    EvictionOutcome::MultipleBudgets { message } => {
+                        (message, EventKind::PodBlocked)
+                    }
+                    EvictionOutcome::Forbidden { message } => {
+                        (format!("forbidden: {message}"), EventKind::PodError)
+                    }
                     EvictionOutcome::Failed { message } => (message, EventKind::PodError),
                 };
                 self.set_pod(&book_, &pod.uid, PodState::Blocked, Some(blocker.clone()));
@@ -494,8 +585,16 @@ impl Drainer {
                 let mut ev = p.event(EventKind::NodeUnmarked);
                 ev.message = format!(
                     "{}{}",
-                    if change.untainted { "taint removed; " } else { "" },
-                    if change.uncordoned { "uncordoned" } else { "left cordon as it was" }
+                    if change.untainted {
+                        "taint removed; "
+                    } else {
+                        ""
+                    },
+                    if change.uncordoned {
+                        "uncordoned"
+                    } else {
+                        "left cordon as it was"
+                    }
                 );
                 p.emit(ev);
             }
@@ -506,7 +605,10 @@ impl Drainer {
                 Ok(report) => {
                     if !report.restored.is_empty() || !report.conflicts.is_empty() {
                         let mut ev = p.event(EventKind::StaticPodsRestored);
-                        ev.message = format!("restored {:?}; kept both copies of {:?}", report.restored, report.conflicts);
+                        ev.message = format!(
+                            "restored {:?}; kept both copies of {:?}",
+                            report.restored, report.conflicts
+                        );
                         p.emit(ev);
                     }
                 }

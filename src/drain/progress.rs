@@ -17,16 +17,11 @@ pub struct DrainEvent {
     pub t_ms: u64,
     pub event: EventKind,
     pub node: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_type: Option<PodType>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub priority: Option<i32>,
     /// 1-based stage number.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub stage: Option<usize>,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub message: String,
@@ -181,17 +176,25 @@ impl Progress {
 
     pub fn emit(&self, ev: DrainEvent) {
         match ev.event {
-            EventKind::PodBlocked | EventKind::PodError | EventKind::Warning | EventKind::StageTimedOut => {
+            EventKind::PodBlocked
+            | EventKind::PodError
+            | EventKind::Warning
+            | EventKind::StageTimedOut => {
                 tracing::warn!(node = %ev.node, pod = ?ev.pod, namespace = ?ev.namespace, stage = ?ev.stage, message = %ev.message, "{:?}", ev.event)
             }
-            _ => tracing::info!(node = %ev.node, pod = ?ev.pod, namespace = ?ev.namespace, stage = ?ev.stage, message = %ev.message, "{:?}", ev.event),
+            _ => {
+                tracing::info!(node = %ev.node, pod = ?ev.pod, namespace = ?ev.namespace, stage = ?ev.stage, message = %ev.message, "{:?}", ev.event)
+            }
         }
         // Nobody listening is fine.
         let _ = self.events.send(ev);
     }
 
     pub fn status(&self) -> DrainStatus {
-        self.status.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Changes the snapshot and stamps updated_at.
@@ -202,7 +205,11 @@ impl Progress {
     }
 
     /// Records the plan in the snapshot, keeping what is known of each pod.
-    pub fn set_plan(&self, plan: &DrainPlan, gone_or_state: impl Fn(&str) -> (PodState, Option<String>)) {
+    pub fn set_plan(
+        &self,
+        plan: &DrainPlan,
+        gone_or_state: impl Fn(&str) -> (PodState, Option<String>),
+    ) {
         self.update(|st| {
             st.stages = plan
                 .stages
@@ -222,7 +229,13 @@ impl Progress {
                         .iter()
                         .map(|p| {
                             let (state, blocker) = gone_or_state(&p.uid);
-                            PodStatus { uid: p.uid.clone(), namespace: p.namespace.clone(), name: p.name.clone(), state, blocker }
+                            PodStatus {
+                                uid: p.uid.clone(),
+                                namespace: p.namespace.clone(),
+                                name: p.name.clone(),
+                                state,
+                                blocker,
+                            }
                         })
                         .collect(),
                 })
@@ -232,7 +245,11 @@ impl Progress {
             st.skipped = plan
                 .skipped
                 .iter()
-                .map(|s| SkippedStatus { namespace: s.namespace.clone(), pod: s.name.clone(), reason: format!("{:?}", s.reason) })
+                .map(|s| SkippedStatus {
+                    namespace: s.namespace.clone(),
+                    pod: s.name.clone(),
+                    reason: format!("{:?}", s.reason),
+                })
                 .collect();
             st.warnings = plan.warnings.clone();
         });
@@ -240,5 +257,7 @@ impl Progress {
 }
 
 pub fn now_time() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }

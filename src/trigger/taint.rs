@@ -62,12 +62,25 @@ mod tests {
         let cases = [
             (json!({"spec": {}}), None),
             (json!({"spec": {"taints": "garbage"}}), None),
-            (json!({"spec": {"taints": [{"key": 5}, {"key": "other", "effect": "NoSchedule"}]}}), None),
-            (json!({"spec": {"taints": [{"key": "maintd.io/drain", "effect": "NoExecute"}]}}), Some("taint maintd.io/drain:NoExecute")),
-            (json!({"spec": {"taints": [{"key": "example.com/maintenance", "value": "kernel", "effect": "PreferNoSchedule"}]}}), Some("taint example.com/maintenance=kernel:PreferNoSchedule")),
+            (
+                json!({"spec": {"taints": [{"key": 5}, {"key": "other", "effect": "NoSchedule"}]}}),
+                None,
+            ),
+            (
+                json!({"spec": {"taints": [{"key": "maintd.io/drain", "effect": "NoExecute"}]}}),
+                Some("taint maintd.io/drain:NoExecute"),
+            ),
+            (
+                json!({"spec": {"taints": [{"key": "example.com/maintenance", "value": "kernel", "effect": "PreferNoSchedule"}]}}),
+                Some("taint example.com/maintenance=kernel:PreferNoSchedule"),
+            ),
         ];
         for (node, want) in cases {
-            assert_eq!(find(&node, &keys()).map(|t| t.describe()).as_deref(), want, "{node}");
+            assert_eq!(
+                find(&node, &keys()).map(|t| t.describe()).as_deref(),
+                want,
+                "{node}"
+            );
         }
     }
 
@@ -76,7 +89,11 @@ mod tests {
         let node = json!({"spec": {"taints": [{"key": "maintd.io/drain", "value": "false", "effect": "NoSchedule"}]}});
         let t = find(&node, &keys()).expect("still a drain request");
         assert!(t.odd_value_warning().unwrap().contains("remove the taint"));
-        let plain = DrainTaint { key: "k".into(), value: "kernel-upgrade".into(), effect: "NoSchedule".into() };
+        let plain = DrainTaint {
+            key: "k".into(),
+            value: "kernel-upgrade".into(),
+            effect: "NoSchedule".into(),
+        };
         assert_eq!(plain.odd_value_warning(), None);
     }
 }
