@@ -127,6 +127,7 @@ impl Agent {
             _ = stop.cancelled() => return,
         }
         tracing::info!(node = %self.config.node, "watching the node and its pods");
+        self.start_endpoints(&stop).await;
         let mut running: Option<Running> = None;
         let mut node_changes = self.node.changes();
         let mut warned_value: Option<String> = None;
@@ -181,6 +182,31 @@ impl Agent {
                     }
                     return;
                 }
+            }
+        }
+    }
+
+    /// Starts the HTTP listeners; a listener that cannot bind is reported
+    /// and the agent goes on without it.
+    async fn start_endpoints(&self, stop: &CancellationToken) {
+        for (addr, local) in [
+            (self.config.listen, false),
+            (self.config.listen_local, true),
+        ] {
+            let Some(addr) = addr else { continue };
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => {
+                    tracing::info!(%addr, local, "serving the status endpoint");
+                    let ep = crate::http::Endpoint {
+                        node: self.config.node.clone(),
+                        progress: self.drainer.progress.clone(),
+                        pods: self.drainer.pods.clone(),
+                        node_index: self.node.clone(),
+                        local,
+                    };
+                    tokio::spawn(crate::http::serve(ep, l, stop.clone()));
+                }
+                Err(e) => tracing::error!(%addr, error = %e, "cannot listen; the endpoint is off"),
             }
         }
     }

@@ -43,6 +43,14 @@ pub struct AgentArgs {
     /// What to do when a stage times out.
     #[arg(long, value_enum, default_value_t = TimeoutPolicy::Wait)]
     pub on_stage_timeout: TimeoutPolicy,
+    /// The read-only endpoint (status, health, metrics), reachable on the
+    /// pod network. Empty to turn it off.
+    #[arg(long, env = "MAINTD_LISTEN", default_value = "0.0.0.0:9477")]
+    pub listen: String,
+    /// The node-local endpoint, which also takes drain requests: loopback of
+    /// the host network only. Empty to turn it off.
+    #[arg(long, env = "MAINTD_LISTEN_LOCAL", default_value = "127.0.0.1:9478")]
+    pub listen_local: String,
 }
 
 /// The validated settings of one agent.
@@ -56,6 +64,8 @@ pub struct Config {
     pub concurrency: usize,
     pub stage_timeout: Option<Duration>,
     pub on_stage_timeout: TimeoutPolicy,
+    pub listen: Option<std::net::SocketAddr>,
+    pub listen_local: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -96,7 +106,34 @@ impl AgentArgs {
             (Some(ns), Some(name)) if !ns.is_empty() && !name.is_empty() => Some((ns, name)),
             _ => None,
         };
+        let addr =
+            |name: &'static str, s: &str| -> Result<Option<std::net::SocketAddr>, ConfigError> {
+                if s.trim().is_empty() {
+                    return Ok(None);
+                }
+                s.trim()
+                    .parse()
+                    .map(Some)
+                    .map_err(|e| ConfigError::Invalid {
+                        name,
+                        why: format!("{s:?} is not an address:port ({e})"),
+                    })
+            };
+        let listen = addr("--listen", &self.listen)?;
+        let listen_local = addr("--listen-local", &self.listen_local)?;
+        if let Some(a) = listen_local
+            && !a.ip().is_loopback()
+        {
+            return Err(ConfigError::Invalid {
+                name: "--listen-local",
+                why: format!(
+                    "{a} is not a loopback address; the local endpoint changes state and must not be reachable from the network"
+                ),
+            });
+        }
         Ok(Config {
+            listen,
+            listen_local,
             node,
             own_pod,
             drain_taints,
@@ -122,6 +159,8 @@ impl Config {
             concurrency: 256,
             stage_timeout: None,
             on_stage_timeout: TimeoutPolicy::Wait,
+            listen: None,
+            listen_local: None,
         }
     }
 }

@@ -3,6 +3,7 @@ pub mod agent;
 pub mod cluster;
 pub mod config;
 pub mod drain;
+pub mod http;
 pub mod index;
 pub mod plan_cmd;
 pub mod sim;
