@@ -2,6 +2,7 @@
 pub mod agent;
 pub mod cluster;
 pub mod config;
+pub mod demo;
 pub mod drain;
 pub mod http;
 pub mod index;

@@ -39,6 +39,16 @@ enum Command {
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
     },
+    /// Run the agent against an embedded simulated cluster: drain the busy
+    /// node of the realistic scenario, then undo. Nothing to install.
+    Demo {
+        /// One JSON object per event, for scripts.
+        #[arg(long)]
+        json: bool,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 90)]
+        timeout_seconds: u64,
+    },
     /// Print the drain plan for a node without acting: its stages, their pods,
     /// and what is skipped and why.
     Plan {
@@ -142,6 +152,18 @@ async fn main() -> anyhow::Result<()> {
             let _ = task.await;
             Ok(())
         }
+        Command::Demo {
+            json,
+            timeout_seconds,
+        } => {
+            let style = if json {
+                maintd::demo::Style::Json
+            } else {
+                maintd::demo::Style::Human
+            };
+            maintd::demo::run(style, std::time::Duration::from_secs(timeout_seconds)).await?;
+            Ok(())
+        }
         Command::Plan {
             node,
             kubeconfig,
@@ -167,8 +189,13 @@ async fn main() -> anyhow::Result<()> {
                 static_pod_root,
                 ..SimConfig::default()
             };
-            let _ = scenario;
-            let sim = SimCluster::start_on(listen, config).await?;
+            let sim = match scenario {
+                Some(path) => {
+                    let scenario = maintd::sim::scenario::load(&path)?;
+                    SimCluster::start_with_scenario_on(listen, config, &scenario).await?
+                }
+                None => SimCluster::start_on(listen, config).await?,
+            };
             if let Some(path) = &kubeconfig {
                 std::fs::write(path, sim.kubeconfig())
                     .with_context(|| format!("writing kubeconfig {}", path.display()))?;

@@ -18,6 +18,7 @@ pub mod kubelet;
 pub mod meta;
 pub mod patch;
 pub mod resources;
+pub mod scenario;
 pub mod select;
 pub mod server;
 pub mod state;
@@ -34,12 +35,25 @@ use tokio_util::sync::CancellationToken;
 
 pub use state::{SimConfig, SimState};
 
+/// Why a simulated cluster could not start or settle.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Scenario(#[from] scenario::ScenarioError),
+    #[error("the cluster did not settle: {0}")]
+    Unsettled(String),
+}
+
 /// A running simulated cluster. Dropping it stops the server and the
 /// simulated kubelets and controllers.
 pub struct SimCluster {
     pub state: Arc<SimState>,
     pub addr: SocketAddr,
     stop: CancellationToken,
+    /// A static pod root the cluster made for itself, removed with it.
+    _static_root: Option<tempfile::TempDir>,
 }
 
 impl SimCluster {
@@ -57,7 +71,123 @@ impl SimCluster {
         tokio::spawn(server::serve(state.clone(), listener, stop.clone()));
         kubelet::start(state.clone(), stop.clone());
         controllers::start(state.clone(), stop.clone());
-        Ok(SimCluster { state, addr, stop })
+        Ok(SimCluster {
+            state,
+            addr,
+            stop,
+            _static_root: None,
+        })
+    }
+
+    /// Starts a cluster seeded from a scenario on a free port.
+    pub async fn start_with_scenario(
+        config: SimConfig,
+        scenario: &scenario::Scenario,
+    ) -> Result<SimCluster, SimError> {
+        Self::start_with_scenario_on(SocketAddr::from(([127, 0, 0, 1], 0)), config, scenario).await
+    }
+
+    /// Starts a cluster seeded from a scenario. Static pod manifests go under
+    /// the configured static pod root, or a temporary one made here.
+    pub async fn start_with_scenario_on(
+        addr: SocketAddr,
+        mut config: SimConfig,
+        scenario: &scenario::Scenario,
+    ) -> Result<SimCluster, SimError> {
+        let mut tmp = None;
+        if config.static_pod_root.is_none() && !scenario.static_pods.is_empty() {
+            let dir = tempfile::Builder::new()
+                .prefix("maintd-sim-static-")
+                .tempdir()?;
+            config.static_pod_root = Some(dir.path().to_path_buf());
+            tmp = Some(dir);
+        }
+        let mut sim = Self::start_on(addr, config).await?;
+        scenario.apply(&sim.state, sim.state.config.static_pod_root.as_deref())?;
+        sim._static_root = tmp;
+        Ok(sim)
+    }
+
+    /// The static pod directory of a node, if the cluster has a static pod root.
+    pub fn static_pod_dir(&self, node: &str) -> Option<std::path::PathBuf> {
+        self.state
+            .config
+            .static_pod_root
+            .as_ref()
+            .map(|r| r.join(node))
+    }
+
+    /// Waits until the cluster is at rest: every pod bound, running and
+    /// ready (or finished), every ReplicaSet and DaemonSet at its count,
+    /// every static manifest mirrored.
+    pub async fn wait_settled(&self, limit: std::time::Duration) -> Result<(), SimError> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let why = self.unsettled();
+            match why {
+                None => return Ok(()),
+                Some(w) if tokio::time::Instant::now() >= deadline => {
+                    return Err(SimError::Unsettled(w));
+                }
+                Some(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    fn unsettled(&self) -> Option<String> {
+        use resources::Gr;
+        let store = self.state.store();
+        for p in store.list(&Gr::pods(), None) {
+            let finished = matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
+            if !finished && (!meta::pod_ready(&p) || meta::is_terminating(&p)) {
+                return Some(format!(
+                    "pod {}/{} is not ready",
+                    meta::namespace(&p),
+                    meta::name(&p)
+                ));
+            }
+        }
+        for rs in store.list(&Gr::replicasets(), None) {
+            if rs["status"]["readyReplicas"] != rs["spec"]["replicas"] {
+                return Some(format!(
+                    "replicaset {} is not at its count",
+                    meta::name(&rs)
+                ));
+            }
+        }
+        for ds in store.list(&Gr::daemonsets(), None) {
+            if ds["status"]["numberReady"].is_null()
+                || ds["status"]["numberReady"] != ds["status"]["desiredNumberScheduled"]
+            {
+                return Some(format!("daemonset {} is not at its count", meta::name(&ds)));
+            }
+        }
+        if let Some(root) = &self.state.config.static_pod_root {
+            for node in store.list(&Gr::nodes(), None) {
+                let files = std::fs::read_dir(root.join(meta::name(&node)))
+                    .map(|d| {
+                        d.flatten()
+                            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                            .count()
+                    })
+                    .unwrap_or(0);
+                let mirrors = store
+                    .list(&Gr::pods(), None)
+                    .iter()
+                    .filter(|p| {
+                        p["spec"]["nodeName"] == meta::name(&node)
+                            && meta::annotation(p, kubelet::MIRROR_ANNOTATION).is_some()
+                    })
+                    .count();
+                if files != mirrors {
+                    return Some(format!(
+                        "node {} has {files} static manifests and {mirrors} mirror pods",
+                        meta::name(&node)
+                    ));
+                }
+            }
+        }
+        None
     }
 
     pub fn url(&self) -> String {

@@ -1,0 +1,214 @@
+//! `maintd demo`: the whole agent against an embedded simulated cluster.
+//! Starts the cluster with the realistic scenario, runs the agent for the
+//! busy node, puts the drain taint on it, shows the drain stage by stage,
+//! then removes the taint and shows the undo.
+
+use std::io::Write;
+use std::time::Duration;
+
+use http::Request;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::Agent;
+use crate::config::Config;
+use crate::drain::progress::{DrainEvent, EventKind, Progress};
+use crate::sim::{SimCluster, SimConfig, scenario};
+
+/// The scenario the demo runs: 3 nodes, 110 pods on node-a.
+pub const REALISTIC: &str = include_str!("../tests/scenarios/realistic.yaml");
+const NODE: &str = "node-a";
+
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("the simulated cluster: {0}")]
+    Sim(String),
+    #[error("the demo did not finish within {0:?}: {1}")]
+    Timeout(Duration, String),
+    #[error("talking to the simulated cluster: {0}")]
+    Api(#[from] kube::Error),
+    #[error("after the undo: {0}")]
+    Check(String),
+}
+
+/// How the demo prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    Human,
+    Json,
+}
+
+pub async fn run(style: Style, limit: Duration) -> Result<(), DemoError> {
+    let scenario =
+        scenario::Scenario::from_yaml(REALISTIC).map_err(|e| DemoError::Sim(e.to_string()))?;
+    let sim = SimCluster::start_with_scenario(SimConfig::default(), &scenario)
+        .await
+        .map_err(|e| DemoError::Sim(e.to_string()))?;
+    sim.wait_settled(Duration::from_secs(60))
+        .await
+        .map_err(|e| DemoError::Sim(e.to_string()))?;
+    let static_dir = sim
+        .static_pod_dir(NODE)
+        .ok_or_else(|| DemoError::Sim("no static pod directory".into()))?;
+    let kubeconfig =
+        std::env::temp_dir().join(format!("maintd-demo-{}.kubeconfig", std::process::id()));
+    let _ = std::fs::write(&kubeconfig, sim.kubeconfig());
+    if style == Style::Human {
+        println!(
+            "maintd demo — a simulated cluster at {} (kubeconfig: {})",
+            sim.url(),
+            kubeconfig.display()
+        );
+        println!(
+            "node {NODE} carries 110 pods: ordinary pods at several priorities, 4 DaemonSets, 3 static pods."
+        );
+    }
+    let agent = Agent::new(Config::for_node(NODE, static_dir), sim.client_with(false));
+    let progress = agent.progress().clone();
+    let mut events = progress.subscribe();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(agent.run(stop.clone()));
+    let client = sim.client();
+    let result = tokio::time::timeout(limit, async {
+        set_drain_taint(&client, true).await?;
+        if style == Style::Human {
+            println!("\n$ kubectl taint node {NODE} maintd.io/drain=demo:NoSchedule");
+        }
+        follow(&mut events, &progress, style, EventKind::DrainCompleted).await;
+        set_drain_taint(&client, false).await?;
+        if style == Style::Human {
+            println!("\n$ kubectl taint node {NODE} maintd.io/drain-");
+        }
+        follow(&mut events, &progress, style, EventKind::UndoCompleted).await;
+        Ok::<_, DemoError>(())
+    })
+    .await;
+    stop.cancel();
+    let _ = task.await;
+    let _ = std::fs::remove_file(&kubeconfig);
+    match result {
+        Err(_) => Err(DemoError::Timeout(
+            limit,
+            format!("{:?}", progress.status().phase),
+        )),
+        Ok(Err(e)) => Err(e),
+        Ok(Ok(())) => check_undone(&client).await,
+    }
+}
+
+/// Puts the drain taint on the node, or takes it off, as `kubectl taint` does.
+async fn set_drain_taint(client: &kube::Client, on: bool) -> Result<(), DemoError> {
+    let patch = if on {
+        json!({"spec": {"taints": [{"key": "maintd.io/drain", "value": "demo", "effect": "NoSchedule"}]}})
+    } else {
+        json!({"spec": {"taints": [{"$patch": "delete", "key": "maintd.io/drain"}]}})
+    };
+    let req = Request::patch(format!("/api/v1/nodes/{NODE}?fieldManager=kubectl-taint"))
+        .header("content-type", "application/strategic-merge-patch+json")
+        .body(serde_json::to_vec(&patch).unwrap_or_default())
+        .map_err(kube::Error::HttpError)?;
+    client.request::<Value>(req).await?;
+    Ok(())
+}
+
+async fn follow(
+    events: &mut broadcast::Receiver<DrainEvent>,
+    progress: &Progress,
+    style: Style,
+    until: EventKind,
+) {
+    loop {
+        match events.recv().await {
+            Ok(ev) => {
+                print_event(&ev, progress, style);
+                if ev.event == until {
+                    return;
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+fn print_event(ev: &DrainEvent, progress: &Progress, style: Style) {
+    if style == Style::Json {
+        if let Ok(line) = serde_json::to_string(ev) {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{line}");
+        }
+        return;
+    }
+    let pod = match (&ev.namespace, &ev.pod) {
+        (Some(ns), Some(p)) => format!("{ns}/{p}"),
+        _ => String::new(),
+    };
+    let t = ev.t_ms as f64 / 1000.0;
+    match ev.event {
+        EventKind::DrainStarted => println!("{t:7.2}s  drain started: {}", ev.message),
+        EventKind::NodeMarked => println!("{t:7.2}s  node: {}", ev.message),
+        EventKind::StageStarted => println!(
+            "\n{t:7.2}s  stage {} — {}",
+            ev.stage.unwrap_or(0),
+            ev.message
+        ),
+        EventKind::PodEvicted => println!(
+            "{t:7.2}s    evicted   {pod}  (priority {})",
+            ev.priority.unwrap_or(0)
+        ),
+        EventKind::PodBlocked => println!("{t:7.2}s    waiting   {pod}: {}", ev.message),
+        EventKind::PodError => println!("{t:7.2}s    error     {pod}: {}", ev.message),
+        EventKind::PodDeleted => println!("{t:7.2}s    deleted   {pod}: {}", ev.message),
+        EventKind::StaticPodsStashed => println!("{t:7.2}s    static pods: {}", ev.message),
+        EventKind::StageCompleted => {
+            let st = progress.status();
+            let done = st.pods_total.saturating_sub(st.pods_remaining);
+            println!(
+                "{t:7.2}s  stage {} done {}",
+                ev.stage.unwrap_or(0),
+                bar(done, st.pods_total)
+            );
+        }
+        EventKind::StageTimedOut | EventKind::StageEscalated | EventKind::Warning => {
+            println!("{t:7.2}s  ! {}", ev.message)
+        }
+        EventKind::DrainCompleted => println!("\n{t:7.2}s  node drained: {}", ev.message),
+        EventKind::UndoStarted => println!("{t:7.2}s  maintenance over: undoing"),
+        EventKind::NodeUnmarked => println!("{t:7.2}s  node: {}", ev.message),
+        EventKind::StaticPodsRestored => println!("{t:7.2}s  static pods: {}", ev.message),
+        EventKind::UndoCompleted => println!("{t:7.2}s  done: the node is back in service"),
+        _ => {}
+    }
+}
+
+/// `[##########----------] 55/110`
+fn bar(done: usize, total: usize) -> String {
+    let width = 30;
+    let filled = (done * width).checked_div(total).unwrap_or(width);
+    format!(
+        "[{}{}] {done}/{total}",
+        "#".repeat(filled),
+        "-".repeat(width - filled)
+    )
+}
+
+/// The demo ends with the node as it began: schedulable, no maintd taint.
+async fn check_undone(client: &kube::Client) -> Result<(), DemoError> {
+    let req = Request::get(format!("/api/v1/nodes/{NODE}"))
+        .body(Vec::new())
+        .map_err(kube::Error::HttpError)?;
+    let node: Value = client.request(req).await?;
+    if node["spec"]["unschedulable"] == true {
+        return Err(DemoError::Check("the node is still cordoned".into()));
+    }
+    if node["spec"]["taints"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["key"] == "maintd.io/draining"))
+    {
+        return Err(DemoError::Check(
+            "maintd's taint is still on the node".into(),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! kubectl, a real and independent client, drives the simulated cluster:
+//! get, apply, cordon, and a full `kubectl drain` of the busy node of the
+//! realistic scenario.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use maintd::sim::{SimCluster, SimConfig, scenario};
+use serde_json::Value;
+
+struct Kubectl {
+    kubeconfig: tempfile::NamedTempFile,
+    cache: tempfile::TempDir,
+}
+
+impl Kubectl {
+    fn new(sim: &SimCluster) -> Kubectl {
+        let kubeconfig = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(kubeconfig.path(), sim.kubeconfig()).unwrap();
+        Kubectl {
+            kubeconfig,
+            cache: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// Runs kubectl; returns (success, stdout, stderr).
+    async fn run(&self, args: &[&str]) -> (bool, String, String) {
+        let mut cmd = Command::new("kubectl");
+        cmd.args(args)
+            .env("KUBECONFIG", self.kubeconfig.path())
+            .env("KUBECACHEDIR", self.cache.path())
+            .env("HOME", self.cache.path());
+        let out = tokio::task::spawn_blocking(move || cmd.output())
+            .await
+            .unwrap()
+            .expect(
+                "kubectl is installed on this machine (the tests use it as an independent client)",
+            );
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    async fn ok(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.run(args).await;
+        assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
+        out
+    }
+
+    async fn json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&self.ok(&all).await).unwrap()
+    }
+}
+
+async fn realistic() -> SimCluster {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/realistic.yaml");
+    let scenario = scenario::load(&path).expect("the realistic scenario loads");
+    let sim = SimCluster::start_with_scenario(SimConfig::default(), &scenario)
+        .await
+        .unwrap();
+    sim.wait_settled(Duration::from_secs(60))
+        .await
+        .expect("the scenario settles");
+    sim
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_gets_applies_cordons_and_drains() {
+    let sim = realistic().await;
+    let k = Kubectl::new(&sim);
+
+    let nodes = k.ok(&["get", "nodes"]).await;
+    for n in ["node-a", "node-b", "node-c"] {
+        assert!(nodes.contains(n), "{nodes}");
+    }
+    assert!(nodes.contains("Ready"), "{nodes}");
+    let wide = k.ok(&["get", "pods", "-A", "-o", "wide"]).await;
+    assert!(wide.lines().next().unwrap().contains("NODE"), "{wide}");
+    let on_a = wide.lines().filter(|l| l.contains(" node-a ")).count();
+    assert_eq!(on_a, 110, "{wide}");
+
+    let pdb = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        pdb.path(),
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: from-kubectl\n  namespace: default\nspec:\n  maxUnavailable: 1\n  selector:\n    matchLabels:\n      app: nothing-yet\n",
+    )
+    .unwrap();
+    let applied = k.ok(&["apply", "-f", pdb.path().to_str().unwrap()]).await;
+    assert!(
+        applied.contains("poddisruptionbudget.policy/from-kubectl created"),
+        "{applied}"
+    );
+    let again = k.ok(&["apply", "-f", pdb.path().to_str().unwrap()]).await;
+    assert!(
+        again.contains("unchanged") || again.contains("configured"),
+        "{again}"
+    );
+    let pdbs = k.ok(&["get", "pdb", "-n", "default"]).await;
+    assert!(pdbs.contains("from-kubectl"), "{pdbs}");
+
+    k.ok(&["cordon", "node-b"]).await;
+    let b = k.json(&["get", "node", "node-b"]).await;
+    assert_eq!(b["spec"]["unschedulable"], true);
+    k.ok(&["uncordon", "node-b"]).await;
+
+    let out = k
+        .ok(&[
+            "drain",
+            "node-a",
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=120s",
+        ])
+        .await;
+    assert!(out.contains("node/node-a drained"), "{out}");
+    let left = k
+        .json(&[
+            "get",
+            "pods",
+            "-A",
+            "--field-selector",
+            "spec.nodeName=node-a",
+        ])
+        .await;
+    for pod in left["items"].as_array().unwrap() {
+        let owner = pod["metadata"]["ownerReferences"][0]["kind"]
+            .as_str()
+            .unwrap_or("");
+        let mirror = pod["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string();
+        assert!(
+            owner == "DaemonSet" || mirror,
+            "only DaemonSet and mirror pods stay: {}",
+            pod["metadata"]["name"]
+        );
+    }
+}
