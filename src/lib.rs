@@ -1,2 +1,3 @@
 //! maintd: a node-local Kubernetes maintenance agent.
+pub mod drain;
 pub mod sim;

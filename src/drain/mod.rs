@@ -1,0 +1,12 @@
+//! The drain engine's pure core: which pods go, in which order, and how much
+//! of a shutdown budget each stage may use.
+//!
+//! Everything here is plain data in, plain data out — no client, no async, no
+//! clock — so the executor and the shutdown trigger can stay thin and these
+//! decisions can be tested exhaustively.
+//!
+//! - [`plan`]: pods on the node + KEP-4212 drain plan entries → ordered stages.
+//! - [`budget`]: a logind delay budget → one time share per stage.
+
+pub mod budget;
+pub mod plan;
