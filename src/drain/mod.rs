@@ -1,9 +1,12 @@
-//! The drain: which pods go in which order (plan), running it (executor),
-//! static pod manifests (static_pods), the shutdown time budget (budget) and
-//! what the drain reports as it goes (progress).
+//! The drain engine's pure core: which pods go, in which order, and how much
+//! of a shutdown budget each stage may use.
+//!
+//! Everything here is plain data in, plain data out — no client, no async, no
+//! clock — so the executor and the shutdown trigger can stay thin and these
+//! decisions can be tested exhaustively.
+//!
+//! - [`plan`]: pods on the node + KEP-4212 drain plan entries → ordered stages.
+//! - [`budget`]: a logind delay budget → one time share per stage.
 
 pub mod budget;
-pub mod executor;
 pub mod plan;
-pub mod progress;
-pub mod static_pods;

@@ -1,73 +1,168 @@
-//! Placeholder until the plan branch lands.
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use std::collections::BTreeMap;
+//! The drain plan: pods on the node + KEP-4212 plan entries → ordered stages.
+//!
+//! Pure: no client, no async, no clock. The executor runs the stages in order
+//! (every pod of stage k gone before stage k+1 starts); `maintd plan` and the
+//! status endpoint show the same [`DrainPlan`].
+//!
+//! - Default plan (no entries): Default pods, then DaemonSet pods, then static
+//!   pods; within each type one stage per distinct priority present, lowest
+//!   first, so system-cluster-critical and system-node-critical come last.
+//! - Explicit entries: each entry is one stage of the pods of its type with
+//!   priority ≤ its `podPriority` (and matching its `podSelector`) that no
+//!   earlier entry took. Pods no entry takes are skipped as [`SkipReason::NotInPlan`].
+//! - Never drained: the agent's own pod, pods opting out (`maintd.io/drain:
+//!   skip` label or annotation, `cluster.x-k8s.io/drain: skip` label), and
+//!   DaemonSet pods tolerating the drain taint (they would come straight back).
+//! - Completed (Succeeded/Failed) Default and DaemonSet pods are deleted up
+//!   front and never waited for. Static pods always go through their stage:
+//!   only stashing the manifest removes them, whatever their phase.
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum PodType {
-    Default,
-    DaemonSet,
-    Static,
+mod build;
+mod entry;
+mod pod;
+mod selector;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+
+use serde::Serialize;
+
+pub use build::build_plan;
+pub use entry::{PlanEntry, PlanError, PodType, validate_entries};
+pub use pod::{
+    DEFAULT_GRACE_SECONDS, OwnerRef, PodInfo, SYSTEM_CLUSTER_CRITICAL, SYSTEM_NODE_CRITICAL,
+    Toleration, well_known_priority,
+};
+pub use selector::{SelectorError, selector_matches, tolerates};
+
+/// Annotation the kubelet puts on mirror pods of static pods.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// Label or annotation with value `skip` that keeps a pod from being drained.
+pub const OPT_OUT_KEY: &str = "maintd.io/drain";
+/// Cluster API's opt-out label (value `skip`), honoured as well.
+pub const CAPI_OPT_OUT_LABEL: &str = "cluster.x-k8s.io/drain";
+
+/// The pod type, from the pod's owner and annotations.
+///
+/// Static: a mirror pod (annotation [`MIRROR_ANNOTATION`], or owned by a
+/// Node). DaemonSet: its controller is a DaemonSet. Default: anything else.
+pub fn classify(pod: &PodInfo) -> PodType {
+    let owner_is_node = pod.owner.as_ref().is_some_and(|o| o.kind == "Node");
+    if pod.annotations.contains_key(MIRROR_ANNOTATION) || owner_is_node {
+        PodType::Static
+    } else if pod.controller().is_some_and(|o| o.kind == "DaemonSet") {
+        PodType::DaemonSet
+    } else {
+        PodType::Default
+    }
 }
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PlanEntry {
-    pub pod_type: PodType,
-    pub pod_priority: i32,
-    pub pod_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
-}
-#[derive(Debug, Clone, Default)]
+
+/// What the plan builder needs to know besides the pods.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanOptions {
+    /// The agent's own pod (namespace, name), from the downward API.
     pub own_pod: Option<(String, String)>,
+    /// Key of the taint the agent puts on the node while draining (no value).
     pub drain_taint_key: String,
+    /// Effect of that taint.
     pub drain_taint_effect: String,
 }
-#[derive(Debug, Clone, Default)]
-pub struct PodInfo {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub labels: BTreeMap<String, String>,
-    pub priority: i32,
-    pub kind: Option<String>,
-    pub phase: String,
-    pub deleting: bool,
-    pub grace: i64,
-}
-impl PodInfo {
-    pub fn from_json(v: &Value) -> PodInfo {
-        let md = &v["metadata"];
-        let kind = md["ownerReferences"]
-            .as_array()
-            .and_then(|a| a.iter().find(|o| o["controller"] == true))
-            .and_then(|o| o["kind"].as_str())
-            .map(str::to_string);
-        let kind = if md["annotations"]["kubernetes.io/config.mirror"].is_string() {
-            Some("Node".to_string())
-        } else {
-            kind
-        };
-        PodInfo {
-            namespace: md["namespace"].as_str().unwrap_or("").into(),
-            name: md["name"].as_str().unwrap_or("").into(),
-            uid: md["uid"].as_str().unwrap_or("").into(),
-            labels: BTreeMap::new(),
-            priority: v["spec"]["priority"].as_i64().unwrap_or(0) as i32,
-            kind,
-            phase: v["status"]["phase"].as_str().unwrap_or("").into(),
-            deleting: !md["deletionTimestamp"].is_null(),
-            grace: v["spec"]["terminationGracePeriodSeconds"]
-                .as_i64()
-                .unwrap_or(30),
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            own_pod: None,
+            drain_taint_key: "maintd.io/draining".to_string(),
+            drain_taint_effect: "NoSchedule".to_string(),
         }
     }
 }
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum PodAction {
-    Evict,
-    WaitTerminating,
+
+/// An ordered drain plan for one node.
+#[derive(Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainPlan {
+    /// Run in order; a stage starts when every pod of the previous one is gone.
+    pub stages: Vec<Stage>,
+    /// Succeeded/Failed pods: deleted first, never waited for.
+    pub completed: Vec<PlannedPod>,
+    /// Pods the plan leaves on the node, and why.
+    pub skipped: Vec<SkippedPod>,
+    /// Malformed pods (`pod ns/name: …`) and problems with the plan entries.
+    pub warnings: Vec<String>,
 }
-#[derive(Debug, Clone, PartialEq, Serialize)]
+
+impl DrainPlan {
+    /// Every pod the plan acts on: completed pods, then stage by stage.
+    pub fn pods(&self) -> impl Iterator<Item = &PlannedPod> {
+        self.completed
+            .iter()
+            .chain(self.stages.iter().flat_map(|s| s.pods.iter()))
+    }
+}
+
+/// One step of the plan: pods evicted in parallel.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Stage {
+    /// Position in [`DrainPlan::stages`], from 0.
+    pub index: usize,
+    pub pod_type: PodType,
+    /// The stage's priority ceiling: no pod in it has a higher priority.
+    pub priority: i32,
+    /// For people, e.g. `Default ≤ 1000`.
+    pub label: String,
+    /// The plan entry this stage comes from (`None` in the default plan).
+    /// Differs from `index` when an earlier entry selected no pod.
+    pub entry: Option<usize>,
+    /// Sorted by namespace, then name.
+    pub pods: Vec<PlannedPod>,
+}
+
+impl Stage {
+    /// The longest grace period in the stage: what it needs to finish.
+    pub fn slowest_grace_seconds(&self) -> i64 {
+        self.pods.iter().map(|p| p.grace_seconds).max().unwrap_or(0)
+    }
+}
+
+/// What the executor does with a pod.
+#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodAction {
+    /// Evict through `pods/eviction` and wait for it to go.
+    Evict,
+    /// Already terminating: only wait for it to go.
+    WaitTerminating,
+    /// Completed: delete, don't wait.
+    Delete,
+}
+
+/// Something an operator should know about a drained pod.
+#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+#[serde(tag = "kind", content = "detail")]
+pub enum PodNote {
+    /// No controller owns it: once evicted, nothing recreates it.
+    NoController,
+    /// It mounts an emptyDir volume, whose data is lost.
+    EmptyDir,
+    /// A field of the pod was malformed; the text says which and what was used.
+    MalformedField(String),
+}
+
+impl fmt::Display for PodNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PodNote::NoController => f.write_str("no controller: it will not be recreated"),
+            PodNote::EmptyDir => f.write_str("emptyDir data will be lost"),
+            PodNote::MalformedField(w) => write!(f, "malformed field: {w}"),
+        }
+    }
+}
+
+/// A pod the plan acts on.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
 pub struct PlannedPod {
     pub namespace: String,
     pub name: String,
@@ -75,21 +170,14 @@ pub struct PlannedPod {
     pub pod_type: PodType,
     pub priority: i32,
     pub action: PodAction,
+    pub notes: Vec<PodNote>,
+    /// Its terminationGracePeriodSeconds: how long it may take to stop.
     pub grace_seconds: i64,
 }
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Stage {
-    pub index: usize,
-    pub pod_type: PodType,
-    pub priority: i32,
-    pub label: String,
-    pub pods: Vec<PlannedPod>,
-}
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub enum SkipReason {
-    OwnPod,
-}
-#[derive(Debug, Clone, PartialEq, Serialize)]
+
+/// A pod the plan leaves alone.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
 pub struct SkippedPod {
     pub namespace: String,
     pub name: String,
@@ -97,60 +185,32 @@ pub struct SkippedPod {
     pub pod_type: PodType,
     pub reason: SkipReason,
 }
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct DrainPlan {
-    pub stages: Vec<Stage>,
-    pub completed: Vec<PlannedPod>,
-    pub skipped: Vec<SkippedPod>,
-    pub warnings: Vec<String>,
+
+/// Why a pod is not drained.
+#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all_fields = "camelCase")]
+pub enum SkipReason {
+    /// The agent's own pod.
+    OwnPod,
+    /// Opted out, e.g. `label maintd.io/drain=skip`.
+    OptOut { label_or_annotation: String },
+    /// A DaemonSet pod tolerating the drain taint: evicted, it would return.
+    ToleratesDrainTaint,
+    /// The explicit plan has no entry selecting it.
+    NotInPlan,
 }
-pub fn build_plan(
-    pods: &[PodInfo],
-    _entries: Option<&[PlanEntry]>,
-    _opts: &PlanOptions,
-) -> DrainPlan {
-    let mut groups: BTreeMap<(PodType, i32), Vec<PlannedPod>> = BTreeMap::new();
-    let mut completed = vec![];
-    for p in pods {
-        let t = match p.kind.as_deref() {
-            Some("DaemonSet") => PodType::DaemonSet,
-            Some("Node") => PodType::Static,
-            _ => PodType::Default,
-        };
-        let pp = PlannedPod {
-            namespace: p.namespace.clone(),
-            name: p.name.clone(),
-            uid: p.uid.clone(),
-            pod_type: t,
-            priority: p.priority,
-            action: if p.deleting {
-                PodAction::WaitTerminating
-            } else {
-                PodAction::Evict
-            },
-            grace_seconds: p.grace,
-        };
-        if p.phase == "Succeeded" || p.phase == "Failed" {
-            completed.push(pp);
-            continue;
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SkipReason::OwnPod => f.write_str("the maintd agent itself"),
+            SkipReason::OptOut {
+                label_or_annotation,
+            } => write!(f, "opted out ({label_or_annotation})"),
+            SkipReason::ToleratesDrainTaint => {
+                f.write_str("DaemonSet pod tolerating the drain taint: it would come back")
+            }
+            SkipReason::NotInPlan => f.write_str("no entry of the drain plan selects it"),
         }
-        groups.entry((t, p.priority)).or_default().push(pp);
-    }
-    let stages = groups
-        .into_iter()
-        .enumerate()
-        .map(|(i, ((t, pr), pods))| Stage {
-            index: i,
-            pod_type: t,
-            priority: pr,
-            label: format!("{t:?} ≤ {pr}"),
-            pods,
-        })
-        .collect();
-    DrainPlan {
-        stages,
-        completed,
-        skipped: vec![],
-        warnings: vec![],
     }
 }
