@@ -1,4 +1,11 @@
 //! maintd: a node-local Kubernetes maintenance agent.
+pub mod agent;
+pub mod cluster;
+pub mod config;
+pub mod demo;
 pub mod drain;
+pub mod http;
+pub mod index;
+pub mod plan_cmd;
 pub mod sim;
 pub mod trigger;

@@ -54,7 +54,7 @@ pub fn render(plan: &DrainPlan) -> String {
     if !plan.skipped.is_empty() {
         out.push_str("\nnot drained:\n");
         for s in &plan.skipped {
-            out.push_str(&format!("  {}/{}  {:?}\n", s.namespace, s.name, s.reason));
+            out.push_str(&format!("  {}/{}  {}\n", s.namespace, s.name, s.reason));
         }
     }
     for w in &plan.warnings {

@@ -10,3 +10,9 @@
 
 pub mod budget;
 pub mod plan;
+
+// The engine's I/O side: running the plan, the static pod stash, and what a
+// drain reports as it goes.
+pub mod executor;
+pub mod progress;
+pub mod static_pods;

@@ -248,7 +248,7 @@ impl Progress {
                 .map(|s| SkippedStatus {
                     namespace: s.namespace.clone(),
                     pod: s.name.clone(),
-                    reason: format!("{:?}", s.reason),
+                    reason: s.reason.to_string(),
                 })
                 .collect();
             st.warnings = plan.warnings.clone();
