@@ -42,6 +42,7 @@ impl Agent {
             drainer: Drainer {
                 ops,
                 pods: Index::new(),
+                budgets: Index::new(),
                 stash,
                 progress: Progress::new(&config.node),
                 taint: TaintSpec::draining(),
@@ -119,6 +120,11 @@ impl Agent {
                 path: "/api/v1/nodes".into(),
                 field_selector: Some(format!("metadata.name={}", self.config.node)),
             },
+            stop.clone(),
+        ));
+        tokio::spawn(self.drainer.budgets.clone().run(
+            self.drainer.ops.client().clone(),
+            WatchTarget { path: "/apis/policy/v1/poddisruptionbudgets".into(), field_selector: None },
             stop.clone(),
         ));
         let (pods, node) = (self.drainer.pods.clone(), self.node.clone());

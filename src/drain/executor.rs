@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::plan::{self, DrainPlan, PlanEntry, PlanOptions, PodAction, PodInfo, PodType, Stage};
-use super::progress::{Blocker, EventKind, Phase, PodState, Progress, StageState};
+use super::progress::{Blocker, EventKind, Phase, PodState, Progress, StageState, StageStatus};
 use super::static_pods::StaticPodStash;
 use crate::cluster::{ClusterOps, EvictionOutcome, TaintSpec};
 use crate::index::{Backoff, Index};
@@ -82,6 +82,9 @@ impl Default for DrainOptions {
 pub struct Drainer {
     pub ops: ClusterOps,
     pub pods: Index,
+    /// PodDisruptionBudgets of the cluster: a blocked eviction is retried
+    /// as soon as its namespace's budget allows a disruption again.
+    pub budgets: Index,
     pub stash: Option<StaticPodStash>,
     pub progress: Progress,
     pub taint: TaintSpec,
@@ -134,6 +137,7 @@ impl Drainer {
             return;
         }
         let book: Book = Arc::default();
+        let mut finished: Vec<StageStatus> = Vec::new();
         let mut last_reported_drained = false;
         loop {
             if cancel.is_cancelled() {
@@ -142,7 +146,7 @@ impl Drainer {
             let plan = self.plan(&opts);
             self.delete_completed(&plan, &book).await;
             let b = book.clone();
-            p.set_plan(&plan, move |uid| {
+            p.set_plan(&plan, &finished, move |uid| {
                 lock_book(&b)
                     .state
                     .get(uid)
@@ -178,8 +182,24 @@ impl Drainer {
             };
             last_reported_drained = false;
             let share = opts.deadline.map(|d| self.stage_share(&plan, i, d));
-            self.run_stage(i + 1, stage, &opts, share, &book, &cancel)
+            let number = finished.len() + i + 1;
+            self.run_stage(number, stage, &opts, share, &book, &cancel)
                 .await;
+            if cancel.is_cancelled() {
+                return;
+            }
+            if let Some(mut done) = p.status().stages.into_iter().find(|s| s.stage == number) {
+                if done.state != StageState::TimedOut {
+                    done.state = StageState::Done;
+                }
+                for pod in &mut done.pods {
+                    if !self.pods.contains(&pod.uid) {
+                        pod.state = PodState::Gone;
+                        pod.blocker = None;
+                    }
+                }
+                finished.push(done);
+            }
         }
     }
 
@@ -556,8 +576,29 @@ impl Drainer {
                 let wait = backoff.next();
                 let pods = self.pods.clone();
                 let uid = pod.uid.clone();
+                // A budget in this namespace that allows a disruption again
+                // (a replacement became ready) is worth an early retry.
+                let budgets = self.budgets.clone();
+                let ns = pod.namespace.clone();
+                let budget_allows = async move {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let mut changes = budgets.changes();
+                    loop {
+                        if changes.changed().await.is_err() {
+                            return std::future::pending().await;
+                        }
+                        let allows = budgets.all().iter().any(|b| {
+                            b["metadata"]["namespace"] == ns.as_str()
+                                && b["status"]["disruptionsAllowed"].as_i64().unwrap_or(0) > 0
+                        });
+                        if allows {
+                            return;
+                        }
+                    }
+                };
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
+                    _ = budget_allows => {}
                     _ = pods.wait_until(move |i| !i.contains(&uid)) => {}
                     _ = cancel.cancelled() => return,
                 }

@@ -205,23 +205,28 @@ impl Progress {
     }
 
     /// Records the plan in the snapshot, keeping what is known of each pod.
+    /// `finished` are the stages already done, kept so the snapshot shows
+    /// the whole drain; the plan's stages are numbered after them.
     pub fn set_plan(
         &self,
         plan: &DrainPlan,
+        finished: &[StageStatus],
         gone_or_state: impl Fn(&str) -> (PodState, Option<String>),
     ) {
+        let base = finished.len();
         self.update(|st| {
-            st.stages = plan
+            st.stages = finished.to_vec();
+            st.stages.extend(plan
                 .stages
                 .iter()
                 .enumerate()
                 .map(|(i, s)| StageStatus {
-                    stage: i + 1,
+                    stage: base + i + 1,
                     label: s.label.clone(),
                     pod_type: s.pod_type,
                     priority: s.priority,
                     state: match st.current_stage {
-                        Some(c) if c == i + 1 => StageState::Running,
+                        Some(c) if c == base + i + 1 => StageState::Running,
                         _ => StageState::Pending,
                     },
                     pods: s
@@ -238,10 +243,10 @@ impl Progress {
                             }
                         })
                         .collect(),
-                })
-                .collect();
+                }));
             st.pods_remaining = plan.stages.iter().map(|s| s.pods.len()).sum();
-            st.pods_total = st.pods_total.max(st.pods_remaining);
+            let done: usize = finished.iter().map(|s| s.pods.len()).sum();
+            st.pods_total = st.pods_total.max(done + st.pods_remaining);
             st.skipped = plan
                 .skipped
                 .iter()
@@ -251,7 +256,13 @@ impl Progress {
                     reason: s.reason.to_string(),
                 })
                 .collect();
-            st.warnings = plan.warnings.clone();
+            // Warnings stay for the whole drain: the pod they are about may
+            // be gone already.
+            for w in &plan.warnings {
+                if !st.warnings.contains(w) {
+                    st.warnings.push(w.clone());
+                }
+            }
         });
     }
 }

@@ -1,52 +1,285 @@
-//! Placeholder until the staticpods branch lands.
-use std::path::PathBuf;
+//! Static pods cannot be evicted through the API: the kubelet runs whatever
+//! manifests sit in its static pod directory. To drain them, maintd moves
+//! their manifests into a stash directory beside it, and moves them back
+//! when maintenance ends.
+//!
+//! A manifest is never lost, whatever moment the process is killed at:
+//! every move is one atomic `renameat2(RENAME_NOREPLACE)` within one
+//! filesystem (so a file is always in exactly one of the two directories,
+//! and nothing is ever overwritten), both directories are fsync'd after
+//! moves, and a journal records each operation before it starts so an
+//! interrupted one is reported and finished on the next call.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+const JOURNAL: &str = ".maintd-journal.json";
+
 #[derive(Debug, thiserror::Error)]
 pub enum StashError {
-    #[error("{0}")]
-    Io(String),
+    #[error("the static pod directory {0} does not exist; nothing can be stashed (set --static-pod-dir to the kubelet's staticPodPath)")]
+    ManifestDirMissing(PathBuf),
+    #[error("{path}: {error}")]
+    Io { path: PathBuf, error: std::io::Error },
+    #[error("the stash {stash} is on a different filesystem than {manifests}; a move between them would not be atomic — put the stash beside the static pod directory (--static-pod-stash)")]
+    DifferentFilesystem { manifests: PathBuf, stash: PathBuf },
+    #[error("moving {from} to {to}: {error}")]
+    Move { from: PathBuf, to: PathBuf, error: nix::Error },
 }
-#[derive(Debug, Clone)]
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StashError + '_ {
+    move |error| StashError::Io { path: path.to_path_buf(), error }
+}
+
+/// One manifest in the kubelet's directory.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Manifest {
+    /// File name within the directory.
     pub file: String,
+    /// The pod's metadata.name, when the manifest parses.
     pub pod_name: Option<String>,
+    /// The pod's namespace (Kubernetes' default "default" when unset).
     pub namespace: Option<String>,
+    /// Why the manifest could not be read, if it could not.
+    pub error: Option<String>,
 }
-#[derive(Debug, Default)]
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct StashReport {
     pub stashed: Vec<String>,
+    /// An interrupted earlier operation that was finished first.
+    pub recovered: Option<String>,
 }
-#[derive(Debug, Default)]
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct RestoreReport {
     pub restored: Vec<String>,
+    /// Files an admin had already put back: both copies kept; the stashed
+    /// one was renamed to this name in the stash.
     pub conflicts: Vec<String>,
+    pub recovered: Option<String>,
 }
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Journal {
+    op: String,
+    files: Vec<String>,
+}
+
+/// The manifest stash of one node.
 #[derive(Debug, Clone)]
 pub struct StaticPodStash {
     pub manifest_dir: PathBuf,
     pub stash_dir: PathBuf,
 }
+
 impl StaticPodStash {
+    /// `stash_dir` defaults to `<manifest_dir>.maintd-stash`, a sibling on
+    /// the same filesystem.
     pub fn new(manifest_dir: PathBuf, stash_dir: Option<PathBuf>) -> Self {
-        let s = stash_dir
-            .unwrap_or_else(|| PathBuf::from(format!("{}.maintd-stash", manifest_dir.display())));
-        StaticPodStash {
-            manifest_dir,
-            stash_dir: s,
-        }
+        let stash_dir = stash_dir.unwrap_or_else(|| {
+            let mut name = manifest_dir.file_name().unwrap_or(OsStr::new("manifests")).to_os_string();
+            name.push(".maintd-stash");
+            manifest_dir.with_file_name(name)
+        });
+        StaticPodStash { manifest_dir, stash_dir }
     }
-    pub fn manifests(&self) -> Result<Vec<Manifest>, StashError> {
-        Ok(vec![])
-    }
+
+    /// The mirror pod name the kubelet gives a static pod.
     pub fn mirror_pod_name(pod_name: &str, node: &str) -> String {
         format!("{pod_name}-{node}")
     }
-    pub fn stash(&self, _files: Option<&[String]>) -> Result<StashReport, StashError> {
-        Ok(StashReport::default())
+
+    /// The manifests the kubelet would run (regular files, not dotfiles).
+    pub fn manifests(&self) -> Result<Vec<Manifest>, StashError> {
+        if !self.manifest_dir.is_dir() {
+            return Err(StashError::ManifestDirMissing(self.manifest_dir.clone()));
+        }
+        let mut out = Vec::new();
+        for file in list_files(&self.manifest_dir)? {
+            let path = self.manifest_dir.join(&file);
+            let parsed = fs::read_to_string(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|t| serde_saphyr::from_str::<Value>(&t).map_err(|e| e.to_string()));
+            out.push(match parsed {
+                Ok(v) => Manifest {
+                    file,
+                    pod_name: v["metadata"]["name"].as_str().map(str::to_string),
+                    namespace: Some(v["metadata"]["namespace"].as_str().unwrap_or("default").to_string()),
+                    error: (!v["metadata"]["name"].is_string()).then(|| "the manifest has no metadata.name".to_string()),
+                },
+                Err(e) => Manifest { file, pod_name: None, namespace: None, error: Some(e) },
+            });
+        }
+        Ok(out)
     }
-    pub fn restore(&self) -> Result<RestoreReport, StashError> {
-        Ok(RestoreReport::default())
-    }
+
+    /// What is in the stash now.
     pub fn stashed(&self) -> Result<Vec<String>, StashError> {
-        Ok(vec![])
+        if !self.stash_dir.is_dir() {
+            return Ok(Vec::new());
+        }
+        Ok(list_files(&self.stash_dir)?.into_iter().filter(|f| !is_conflict_copy(f)).collect())
+    }
+
+    fn ensure_stash_dir(&self) -> Result<(), StashError> {
+        if !self.stash_dir.is_dir() {
+            fs::DirBuilder::new().mode(0o700).recursive(true).create(&self.stash_dir).map_err(io(&self.stash_dir))?;
+        }
+        let a = fs::metadata(&self.manifest_dir).map_err(io(&self.manifest_dir))?;
+        let b = fs::metadata(&self.stash_dir).map_err(io(&self.stash_dir))?;
+        if a.dev() != b.dev() {
+            return Err(StashError::DifferentFilesystem { manifests: self.manifest_dir.clone(), stash: self.stash_dir.clone() });
+        }
+        Ok(())
+    }
+
+    fn write_journal(&self, op: &str, files: &[String]) -> Result<(), StashError> {
+        let path = self.stash_dir.join(JOURNAL);
+        let tmp = self.stash_dir.join(format!("{JOURNAL}.tmp"));
+        let body = serde_json::to_vec(&Journal { op: op.into(), files: files.to_vec() }).unwrap_or_default();
+        let mut f = fs::File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(&body).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+        fs::rename(&tmp, &path).map_err(io(&path))?;
+        sync_dir(&self.stash_dir)
+    }
+
+    fn clear_journal(&self) -> Result<(), StashError> {
+        let path = self.stash_dir.join(JOURNAL);
+        match fs::remove_file(&path) {
+            Ok(()) => sync_dir(&self.stash_dir),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StashError::Io { path, error: e }),
+        }
+    }
+
+    /// Finishes what a killed process left: since every move is atomic,
+    /// each file is whole in one directory or the other; what remains is
+    /// to report the interrupted operation and drop its journal.
+    pub fn recover(&self) -> Result<Option<String>, StashError> {
+        let _ = fs::remove_file(self.stash_dir.join(format!("{JOURNAL}.tmp")));
+        let path = self.stash_dir.join(JOURNAL);
+        let Ok(text) = fs::read_to_string(&path) else { return Ok(None) };
+        let what = match serde_json::from_str::<Journal>(&text) {
+            Ok(j) => format!("an interrupted {} of {}", j.op, j.files.join(", ")),
+            Err(_) => "an interrupted operation (its journal is unreadable; the files themselves are intact)".to_string(),
+        };
+        tracing::warn!(stash = %self.stash_dir.display(), "finishing {what}");
+        self.clear_journal()?;
+        Ok(Some(what))
+    }
+
+    /// Moves the named manifests (all with None) into the stash.
+    /// Idempotent: a file already stashed is fine.
+    pub fn stash(&self, files: Option<&[String]>) -> Result<StashReport, StashError> {
+        if !self.manifest_dir.is_dir() {
+            return Err(StashError::ManifestDirMissing(self.manifest_dir.clone()));
+        }
+        self.ensure_stash_dir()?;
+        let recovered = self.recover()?;
+        let present = list_files(&self.manifest_dir)?;
+        let todo: Vec<String> = match files {
+            Some(f) => present.into_iter().filter(|p| f.contains(p)).collect(),
+            None => present,
+        };
+        if todo.is_empty() {
+            return Ok(StashReport { stashed: vec![], recovered });
+        }
+        self.write_journal("stash", &todo)?;
+        for f in &todo {
+            let (from, to) = (self.manifest_dir.join(f), self.stash_dir.join(f));
+            if to.exists() {
+                // An older copy waits in the stash (an admin put the file back
+                // and it is being stashed again): keep both.
+                move_noreplace(&to, &self.stash_dir.join(conflict_name(f)))?;
+            }
+            move_noreplace(&from, &to)?;
+        }
+        sync_dir(&self.manifest_dir)?;
+        sync_dir(&self.stash_dir)?;
+        self.clear_journal()?;
+        Ok(StashReport { stashed: todo, recovered })
+    }
+
+    /// Moves every stashed manifest back. Never overwrites: a file of the
+    /// same name already back in the directory is kept, and the stashed
+    /// copy stays in the stash under a `.conflict-` name. Idempotent.
+    pub fn restore(&self) -> Result<RestoreReport, StashError> {
+        if !self.stash_dir.is_dir() {
+            return Ok(RestoreReport::default());
+        }
+        let recovered = self.recover()?;
+        let todo = self.stashed()?;
+        if todo.is_empty() {
+            return Ok(RestoreReport { recovered, ..Default::default() });
+        }
+        if !self.manifest_dir.is_dir() {
+            fs::create_dir_all(&self.manifest_dir).map_err(io(&self.manifest_dir))?;
+        }
+        self.write_journal("restore", &todo)?;
+        let mut report = RestoreReport { recovered, ..Default::default() };
+        for f in &todo {
+            let (from, to) = (self.stash_dir.join(f), self.manifest_dir.join(f));
+            match renameat2(AT_FDCWD, &from, AT_FDCWD, &to, RenameFlags::RENAME_NOREPLACE) {
+                Ok(()) => report.restored.push(f.clone()),
+                Err(nix::Error::EEXIST) => {
+                    let kept = conflict_name(f);
+                    move_noreplace(&from, &self.stash_dir.join(&kept))?;
+                    tracing::warn!(file = %f, kept = %kept, "a manifest of that name is already back; kept both");
+                    report.conflicts.push(kept);
+                }
+                Err(error) => return Err(StashError::Move { from, to, error }),
+            }
+        }
+        sync_dir(&self.manifest_dir)?;
+        sync_dir(&self.stash_dir)?;
+        self.clear_journal()?;
+        Ok(report)
     }
 }
+
+fn list_files(dir: &Path) -> Result<Vec<String>, StashError> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io(dir))? {
+        let entry = entry.map_err(io(dir))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || !entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
+            continue;
+        }
+        out.push(name);
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn is_conflict_copy(name: &str) -> bool {
+    name.contains(".conflict-")
+}
+
+fn conflict_name(file: &str) -> String {
+    let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("{file}.conflict-{ts}")
+}
+
+fn move_noreplace(from: &Path, to: &Path) -> Result<(), StashError> {
+    renameat2(AT_FDCWD, from, AT_FDCWD, to, RenameFlags::RENAME_NOREPLACE).map_err(|error| StashError::Move {
+        from: from.to_path_buf(),
+        to: to.to_path_buf(),
+        error,
+    })
+}
+
+fn sync_dir(dir: &Path) -> Result<(), StashError> {
+    fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
+}
+
+#[cfg(test)]
+mod tests;

@@ -101,3 +101,43 @@ pub async fn raw(
         .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()));
     (code, v)
 }
+
+/// A simulated cluster seeded from one of the shipped scenarios, settled.
+pub async fn scenario(name: &str) -> SimCluster {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios").join(name);
+    let scenario = maintd::sim::scenario::load(&path).expect("the scenario loads");
+    let sim = SimCluster::start_with_scenario(SimConfig::default(), &scenario).await.expect("the cluster starts");
+    sim.wait_settled(Duration::from_secs(60)).await.expect("the scenario settles");
+    sim
+}
+
+/// Puts a taint on a node, or (value None) removes every taint with that
+/// key, the way `kubectl taint` does (strategic merge).
+pub async fn taint(client: &kube::Client, node: &str, key: &str, value: Option<&str>) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let patch = match value {
+        Some(v) => json!({"spec": {"taints": [{"key": key, "value": v, "effect": "NoSchedule"}]}}),
+        None => json!({"spec": {"taints": [{"$patch": "delete", "key": key}]}}),
+    };
+    nodes
+        .patch(node, &kube::api::PatchParams::default(), &kube::api::Patch::Strategic(patch))
+        .await
+        .expect("taint patch");
+}
+
+/// Pods on a node, as the API lists them.
+pub async fn pods_on(client: &kube::Client, node: &str) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::all(client.clone());
+    pods.list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .expect("list pods")
+        .items
+}
+
+pub fn is_mirror(p: &Pod) -> bool {
+    p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
+}
+
+pub fn owner_kind(p: &Pod) -> Option<String> {
+    p.metadata.owner_references.as_ref()?.iter().find(|o| o.controller == Some(true)).map(|o| o.kind.clone())
+}

@@ -1,0 +1,166 @@
+use super::*;
+
+fn setup(files: &[(&str, &str)]) -> (tempfile::TempDir, StaticPodStash) {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("manifests");
+    fs::create_dir(&dir).unwrap();
+    for (name, body) in files {
+        fs::write(dir.join(name), body).unwrap();
+    }
+    let stash = StaticPodStash::new(dir, None);
+    (root, stash)
+}
+
+fn contents(dir: &Path) -> Vec<(String, String)> {
+    let mut out: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), fs::read_to_string(e.path()).unwrap_or_default()))
+        .collect();
+    out.sort();
+    out
+}
+
+const ETCD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: etcd\n  namespace: kube-system\nspec:\n  containers: [{name: etcd, image: etcd}]\n";
+const API: &str = "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"kube-apiserver\"}}";
+
+#[test]
+fn stash_then_restore_gives_back_identical_files() {
+    let (_root, s) = setup(&[("etcd.yaml", ETCD), ("kube-apiserver.json", API)]);
+    let before = contents(&s.manifest_dir);
+    let report = s.stash(None).unwrap();
+    assert_eq!(report.stashed, ["etcd.yaml", "kube-apiserver.json"]);
+    assert!(contents(&s.manifest_dir).is_empty());
+    assert_eq!(s.stashed().unwrap().len(), 2);
+    let r = s.restore().unwrap();
+    assert_eq!(r.restored.len(), 2);
+    assert!(r.conflicts.is_empty());
+    assert_eq!(contents(&s.manifest_dir), before);
+    assert!(s.stashed().unwrap().is_empty());
+}
+
+#[test]
+fn the_stash_sits_beside_the_manifests_and_is_private() {
+    let (_root, s) = setup(&[("etcd.yaml", ETCD)]);
+    assert_eq!(s.stash_dir.file_name().unwrap(), "manifests.maintd-stash");
+    s.stash(None).unwrap();
+    let mode = fs::metadata(&s.stash_dir).unwrap().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+}
+
+#[test]
+fn manifests_are_read_with_their_pod_names_and_bad_ones_reported() {
+    let (_root, s) = setup(&[("etcd.yaml", ETCD), ("broken.yaml", "metadata: [unclosed"), (".hidden.yaml", ETCD), ("noname.yaml", "kind: Pod\n")]);
+    let m = s.manifests().unwrap();
+    let files: Vec<_> = m.iter().map(|m| m.file.as_str()).collect();
+    assert_eq!(files, ["broken.yaml", "etcd.yaml", "noname.yaml"], "dotfiles are not the kubelet's");
+    assert_eq!(m[1].pod_name.as_deref(), Some("etcd"));
+    assert_eq!(m[1].namespace.as_deref(), Some("kube-system"));
+    assert!(m[0].error.is_some());
+    assert!(m[2].error.as_deref().unwrap().contains("metadata.name"));
+    // A malformed manifest still moves and comes back intact.
+    s.stash(None).unwrap();
+    s.restore().unwrap();
+    assert_eq!(fs::read_to_string(s.manifest_dir.join("broken.yaml")).unwrap(), "metadata: [unclosed");
+    assert_eq!(StaticPodStash::mirror_pod_name("etcd", "node-a"), "etcd-node-a");
+}
+
+#[test]
+fn stash_only_named_files_and_is_idempotent() {
+    let (_root, s) = setup(&[("etcd.yaml", ETCD), ("kube-apiserver.json", API)]);
+    let r = s.stash(Some(&["etcd.yaml".to_string()])).unwrap();
+    assert_eq!(r.stashed, ["etcd.yaml"]);
+    let again = s.stash(Some(&["etcd.yaml".to_string()])).unwrap();
+    assert!(again.stashed.is_empty());
+    assert_eq!(contents(&s.manifest_dir).len(), 1);
+    assert_eq!(s.stashed().unwrap(), ["etcd.yaml"]);
+}
+
+#[test]
+fn restore_never_overwrites_a_file_an_admin_put_back() {
+    let (_root, s) = setup(&[("etcd.yaml", ETCD)]);
+    s.stash(None).unwrap();
+    fs::write(s.manifest_dir.join("etcd.yaml"), "admin's version").unwrap();
+    let r = s.restore().unwrap();
+    assert!(r.restored.is_empty());
+    assert_eq!(r.conflicts.len(), 1);
+    assert_eq!(fs::read_to_string(s.manifest_dir.join("etcd.yaml")).unwrap(), "admin's version");
+    let kept = fs::read_to_string(s.stash_dir.join(&r.conflicts[0])).unwrap();
+    assert_eq!(kept, ETCD, "the stashed copy is kept too");
+    assert!(s.stashed().unwrap().is_empty(), "a kept conflict copy is not restored again");
+    assert!(s.restore().unwrap().conflicts.is_empty());
+}
+
+#[test]
+fn a_missing_manifest_directory_is_an_error_not_a_panic() {
+    let root = tempfile::tempdir().unwrap();
+    let s = StaticPodStash::new(root.path().join("nope"), None);
+    assert!(matches!(s.manifests(), Err(StashError::ManifestDirMissing(_))));
+    let err = s.stash(None).unwrap_err();
+    assert!(err.to_string().contains("does not exist"), "{err}");
+    assert_eq!(s.restore().unwrap(), RestoreReport::default());
+    assert!(s.stashed().unwrap().is_empty());
+}
+
+#[test]
+fn an_unreadable_manifest_directory_is_an_error() {
+    // Root reads any directory; a file where the directory should be is
+    // unreadable as a directory for everyone.
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().join("manifests");
+    fs::write(&path, "not a directory").unwrap();
+    let s = StaticPodStash::new(path, None);
+    assert!(s.manifests().is_err());
+    assert!(s.stash(None).is_err());
+}
+
+#[test]
+fn a_stash_on_another_filesystem_is_refused() {
+    let (_root, s) = setup(&[("etcd.yaml", ETCD)]);
+    let shm = Path::new("/dev/shm");
+    let same = fs::metadata(shm).map(|m| m.dev() == fs::metadata(&s.manifest_dir).unwrap().dev()).unwrap_or(true);
+    if same {
+        eprintln!("/dev/shm is not a separate filesystem here; nothing to check");
+        return;
+    }
+    let other = tempfile::tempdir_in(shm).unwrap();
+    let s = StaticPodStash::new(s.manifest_dir.clone(), Some(other.path().join("stash")));
+    let err = s.stash(None).unwrap_err();
+    assert!(matches!(err, StashError::DifferentFilesystem { .. }), "{err}");
+    assert_eq!(contents(&s.manifest_dir).len(), 1, "nothing moved");
+}
+
+/// Every state a kill can leave behind — a journal with no move done, some
+/// moves done, all done but the journal still there, a half-written journal
+/// — ends, after the next call, with every manifest back and intact.
+#[test]
+fn a_kill_at_any_point_loses_no_manifest() {
+    let files = [("etcd.yaml", ETCD), ("kube-apiserver.json", API), ("proxy.yaml", "kind: Pod\nmetadata: {name: proxy}\n")];
+    for (op, moved) in [("stash", 0), ("stash", 1), ("stash", 2), ("stash", 3), ("restore", 1), ("restore", 3)] {
+        for journal in ["whole", "torn", "tmp-only"] {
+            let (_root, s) = setup(&files);
+            let before = contents(&s.manifest_dir);
+            fs::DirBuilder::new().mode(0o700).create(&s.stash_dir).unwrap();
+            let names: Vec<String> = files.iter().map(|(n, _)| n.to_string()).collect();
+            if op == "restore" {
+                for n in &names {
+                    fs::rename(s.manifest_dir.join(n), s.stash_dir.join(n)).unwrap();
+                }
+            }
+            match journal {
+                "whole" => s.write_journal(op, &names).unwrap(),
+                "torn" => fs::write(s.stash_dir.join(JOURNAL), "{\"op\":\"sta").unwrap(),
+                _ => fs::write(s.stash_dir.join(format!("{JOURNAL}.tmp")), "{").unwrap(),
+            }
+            for n in names.iter().take(moved) {
+                let (from, to) = if op == "stash" { (&s.manifest_dir, &s.stash_dir) } else { (&s.stash_dir, &s.manifest_dir) };
+                fs::rename(from.join(n), to.join(n)).unwrap();
+            }
+            // The agent starts again and, with no maintenance active, restores.
+            let fresh = StaticPodStash::new(s.manifest_dir.clone(), None);
+            let r = fresh.restore().unwrap();
+            assert_eq!(contents(&fresh.manifest_dir), before, "{op} after {moved} moves, journal {journal}: {r:?}");
+            assert!(!fresh.stash_dir.join(JOURNAL).exists());
+        }
+    }
+}
