@@ -124,7 +124,10 @@ impl Agent {
         ));
         tokio::spawn(self.drainer.budgets.clone().run(
             self.drainer.ops.client().clone(),
-            WatchTarget { path: "/apis/policy/v1/poddisruptionbudgets".into(), field_selector: None },
+            WatchTarget {
+                path: "/apis/policy/v1/poddisruptionbudgets".into(),
+                field_selector: None,
+            },
             stop.clone(),
         ));
         let (pods, node) = (self.drainer.pods.clone(), self.node.clone());

@@ -29,7 +29,9 @@ struct RunningAgent {
 
 impl RunningAgent {
     fn start(sim: &SimCluster, node: &str, static_dir: Option<std::path::PathBuf>) -> RunningAgent {
-        let dir = static_dir.or_else(|| sim.static_pod_dir(node)).unwrap_or_else(|| "/nonexistent/manifests".into());
+        let dir = static_dir
+            .or_else(|| sim.static_pod_dir(node))
+            .unwrap_or_else(|| "/nonexistent/manifests".into());
         let agent = Agent::new(Config::for_node(node, dir), sim.client_with(false));
         let progress = agent.progress().clone();
         let events: Arc<Mutex<Vec<DrainEvent>>> = Arc::default();
@@ -42,7 +44,12 @@ impl RunningAgent {
         });
         let stop = CancellationToken::new();
         let task = tokio::spawn(agent.run(stop.clone()));
-        RunningAgent { progress, events, stop, task }
+        RunningAgent {
+            progress,
+            events,
+            stop,
+            task,
+        }
     }
 
     async fn wait_for(&self, what: &str, check: impl Fn(&[DrainEvent]) -> bool) {
@@ -55,7 +62,10 @@ impl RunningAgent {
     }
 
     async fn wait_event(&self, kind: EventKind) {
-        self.wait_for(&format!("{kind:?}"), |evs| evs.iter().any(|e| e.event == kind)).await;
+        self.wait_for(&format!("{kind:?}"), |evs| {
+            evs.iter().any(|e| e.event == kind)
+        })
+        .await;
     }
 
     fn events(&self) -> Vec<DrainEvent> {
@@ -71,7 +81,10 @@ impl RunningAgent {
 /// The plan the agent will run, from the pods on the node now.
 async fn plan_now(sim: &SimCluster, node: &str) -> plan::DrainPlan {
     let pods = pods_on(&sim.client(), node).await;
-    let infos: Vec<PodInfo> = pods.iter().map(|p| PodInfo::from_json(&serde_json::to_value(p).unwrap())).collect();
+    let infos: Vec<PodInfo> = pods
+        .iter()
+        .map(|p| PodInfo::from_json(&serde_json::to_value(p).unwrap()))
+        .collect();
     plan::build_plan(&infos, None, &PlanOptions::default())
 }
 
@@ -80,15 +93,37 @@ async fn stages_run_in_order_each_waiting_for_the_last_to_be_gone() {
     let sim = scenario("realistic.yaml").await;
     let client = sim.client();
     let plan = plan_now(&sim, "node-a").await;
-    assert!(plan.stages.len() >= 8, "{:#?}", plan.stages.iter().map(|s| &s.label).collect::<Vec<_>>());
-    let stage_of: HashMap<String, usize> = plan.stages.iter().enumerate().flat_map(|(i, s)| s.pods.iter().map(move |p| (p.name.clone(), i))).collect();
+    assert!(
+        plan.stages.len() >= 8,
+        "{:#?}",
+        plan.stages.iter().map(|s| &s.label).collect::<Vec<_>>()
+    );
+    let stage_of: HashMap<String, usize> = plan
+        .stages
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| s.pods.iter().map(move |p| (p.name.clone(), i)))
+        .collect();
 
     // Every deletion of a node-a pod, with the resourceVersion it happened at.
     let pods: Api<Pod> = Api::all(client.clone());
-    let start_rv = pods.list(&Default::default()).await.unwrap().metadata.resource_version.unwrap();
+    let start_rv = pods
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
     let deleted: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
     let sink = deleted.clone();
-    let mut stream = pods.watch(&WatchParams::default().fields("spec.nodeName=node-a"), &start_rv).await.unwrap().boxed();
+    let mut stream = pods
+        .watch(
+            &WatchParams::default().fields("spec.nodeName=node-a"),
+            &start_rv,
+        )
+        .await
+        .unwrap()
+        .boxed();
     tokio::spawn(async move {
         while let Some(Ok(ev)) = stream.next().await {
             if let WatchEvent::Deleted(p) = ev {
@@ -103,30 +138,66 @@ async fn stages_run_in_order_each_waiting_for_the_last_to_be_gone() {
     agent.wait_event(EventKind::DrainCompleted).await;
 
     // Evictions, in the API's own order (the store's resourceVersion).
-    let evictions: Vec<(String, u64)> = sim.state.audit.entries().into_iter().filter(|e| e.verb == "evict").map(|e| (e.name, e.rv)).collect();
+    let evictions: Vec<(String, u64)> = sim
+        .state
+        .audit
+        .entries()
+        .into_iter()
+        .filter(|e| e.verb == "evict")
+        .map(|e| (e.name, e.rv))
+        .collect();
     let deleted = deleted.lock().unwrap().clone();
     for k in 0..plan.stages.len() - 1 {
-        let last_gone = plan.stages[k].pods.iter().filter_map(|p| deleted.get(&p.name)).max().copied();
+        let last_gone = plan.stages[k]
+            .pods
+            .iter()
+            .filter_map(|p| deleted.get(&p.name))
+            .max()
+            .copied();
         let Some(last_gone) = last_gone else { continue };
-        let first_next = evictions.iter().filter(|(n, _)| stage_of.get(n) == Some(&(k + 1))).map(|(_, rv)| *rv).min();
+        let first_next = evictions
+            .iter()
+            .filter(|(n, _)| stage_of.get(n) == Some(&(k + 1)))
+            .map(|(_, rv)| *rv)
+            .min();
         if let Some(first_next) = first_next {
-            assert!(first_next > last_gone, "stage {} evicted (rv {first_next}) before stage {} was gone (rv {last_gone})", k + 2, k + 1);
+            assert!(
+                first_next > last_gone,
+                "stage {} evicted (rv {first_next}) before stage {} was gone (rv {last_gone})",
+                k + 2,
+                k + 1
+            );
         }
         // Static pods are not evicted: their mirror pods go after the stage before.
         for p in &plan.stages[k + 1].pods {
             if let Some(rv) = deleted.get(&p.name) {
-                assert!(*rv > last_gone, "{} went before stage {} was gone", p.name, k + 1);
+                assert!(
+                    *rv > last_gone,
+                    "{} went before stage {} was gone",
+                    p.name,
+                    k + 1
+                );
             }
         }
     }
     // Every planned pod went, DaemonSet and static pods included.
     for s in &plan.stages {
         for p in &s.pods {
-            assert!(deleted.contains_key(&p.name), "{} ({:?}) is still on the node", p.name, p.pod_type);
+            assert!(
+                deleted.contains_key(&p.name),
+                "{} ({:?}) is still on the node",
+                p.name,
+                p.pod_type
+            );
         }
     }
     // The agent's events list stages in plan order: Default < DaemonSet < Static, priorities ascending.
-    let starts: Vec<(PodType, i32)> = agent.events().iter().filter(|e| e.event == EventKind::StageStarted).map(|e| (e.pod_type.unwrap(), e.priority.unwrap())).collect();
+    let starts: Vec<(PodType, i32)> = agent
+        .events()
+        .iter()
+        .filter(|e| e.event == EventKind::StageStarted)
+        .map(|e| (e.pod_type.unwrap(), e.priority.unwrap()))
+        .collect();
     let mut sorted = starts.clone();
     sorted.sort();
     assert_eq!(starts, sorted);
@@ -141,13 +212,25 @@ async fn a_blocked_eviction_names_its_budget_and_drains_once_a_replacement_is_re
     taint(&client, "node-a", "maintd.io/drain", Some("")).await;
     agent
         .wait_for("a web pod blocked by its budget", |evs| {
-            evs.iter().any(|e| e.event == EventKind::PodBlocked && e.message == "The disruption budget web needs 2 healthy pods and has 2 currently")
+            evs.iter().any(|e| {
+                e.event == EventKind::PodBlocked
+                    && e.message
+                        == "The disruption budget web needs 2 healthy pods and has 2 currently"
+            })
         })
         .await;
     agent.wait_event(EventKind::DrainCompleted).await;
     let left = pods_on(&client, "node-a").await;
-    assert!(left.iter().all(|p| !p.metadata.name.as_deref().unwrap_or("").starts_with("web-")), "web pods left node-a");
-    let web_elsewhere = pods_on(&client, "node-b").await.into_iter().filter(|p| owner_kind(p).as_deref() == Some("ReplicaSet")).count();
+    assert!(
+        left.iter()
+            .all(|p| !p.metadata.name.as_deref().unwrap_or("").starts_with("web-")),
+        "web pods left node-a"
+    );
+    let web_elsewhere = pods_on(&client, "node-b")
+        .await
+        .into_iter()
+        .filter(|p| owner_kind(p).as_deref() == Some("ReplicaSet"))
+        .count();
     assert!(web_elsewhere >= 3, "the replacements run on node-b");
     agent.stop().await;
 }
@@ -158,7 +241,14 @@ async fn daemonset_pods_do_not_come_back_and_undo_keeps_an_admins_cordon() {
     let client = sim.client();
     let nodes: Api<Node> = Api::all(client.clone());
     // An admin cordoned the node before the maintenance.
-    nodes.patch("node-a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}}))).await.unwrap();
+    nodes
+        .patch(
+            "node-a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
     let agent = RunningAgent::start(&sim, "node-a", None);
     taint(&client, "node-a", "maintd.io/drain", Some("x")).await;
     agent.wait_event(EventKind::DrainCompleted).await;
@@ -168,21 +258,49 @@ async fn daemonset_pods_do_not_come_back_and_undo_keeps_an_admins_cordon() {
     let dss: Api<DaemonSet> = Api::namespaced(client.clone(), "kube-system");
     eventually("the DaemonSet leaves node-a out", || {
         let dss = dss.clone();
-        async move { dss.get("agent").await.unwrap().status.unwrap().desired_number_scheduled == 1 }
+        async move {
+            dss.get("agent")
+                .await
+                .unwrap()
+                .status
+                .unwrap()
+                .desired_number_scheduled
+                == 1
+        }
     })
     .await;
     let left = pods_on(&client, "node-a").await;
-    assert!(left.iter().all(|p| owner_kind(p).as_deref() != Some("DaemonSet")), "no DaemonSet pod on node-a");
-    let names: Vec<_> = left.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+    assert!(
+        left.iter()
+            .all(|p| owner_kind(p).as_deref() != Some("DaemonSet")),
+        "no DaemonSet pod on node-a"
+    );
+    let names: Vec<_> = left
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
     assert_eq!(names, ["pinned"], "only the opted-out pod stays");
 
     taint(&client, "node-a", "maintd.io/drain", None).await;
     agent.wait_event(EventKind::UndoCompleted).await;
     let node = nodes.get("node-a").await.unwrap();
-    assert_eq!(node.spec.as_ref().unwrap().unschedulable, Some(true), "the admin's cordon stays");
+    assert_eq!(
+        node.spec.as_ref().unwrap().unschedulable,
+        Some(true),
+        "the admin's cordon stays"
+    );
     let taints = node.spec.unwrap().taints.unwrap_or_default();
-    assert!(taints.iter().all(|t| t.key != "maintd.io/draining"), "maintd's taint is gone");
-    assert!(node.metadata.annotations.unwrap_or_default().get("maintd.io/cordoned").is_none());
+    assert!(
+        taints.iter().all(|t| t.key != "maintd.io/draining"),
+        "maintd's taint is gone"
+    );
+    assert!(
+        node.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("maintd.io/cordoned")
+            .is_none()
+    );
     agent.stop().await;
 }
 
@@ -196,14 +314,30 @@ async fn static_manifests_are_stashed_and_restored_byte_for_byte() {
     let agent = RunningAgent::start(&sim, "node-a", None);
     taint(&client, "node-a", "maintd.io/drain", Some("x")).await;
     agent.wait_event(EventKind::DrainCompleted).await;
-    assert!(read_dir(&dir).is_empty(), "the manifest left the kubelet's directory");
-    assert!(pods_on(&client, "node-a").await.iter().all(|p| !is_mirror(p)), "the mirror pod is gone");
+    assert!(
+        read_dir(&dir).is_empty(),
+        "the manifest left the kubelet's directory"
+    );
+    assert!(
+        pods_on(&client, "node-a")
+            .await
+            .iter()
+            .all(|p| !is_mirror(p)),
+        "the mirror pod is gone"
+    );
     let stash = std::path::PathBuf::from(format!("{}.maintd-stash", dir.display()));
-    assert!(stash.is_dir(), "the stash sits beside the manifest directory");
+    assert!(
+        stash.is_dir(),
+        "the stash sits beside the manifest directory"
+    );
 
     taint(&client, "node-a", "maintd.io/drain", None).await;
     agent.wait_event(EventKind::UndoCompleted).await;
-    assert_eq!(read_dir(&dir), before, "the manifests are back, byte for byte");
+    assert_eq!(
+        read_dir(&dir),
+        before,
+        "the manifests are back, byte for byte"
+    );
     eventually("the mirror pod is back", || {
         let c = client.clone();
         async move { pods_on(&c, "node-a").await.iter().any(is_mirror) }
@@ -214,7 +348,17 @@ async fn static_manifests_are_stashed_and_restored_byte_for_byte() {
 
 fn read_dir(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
     let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
-        .map(|d| d.flatten().filter(|e| e.path().is_file()).map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap())).collect())
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().is_file())
+                .map(|e| {
+                    (
+                        e.file_name().to_string_lossy().into_owned(),
+                        std::fs::read(e.path()).unwrap(),
+                    )
+                })
+                .collect()
+        })
         .unwrap_or_default();
     out.sort();
     out
@@ -227,33 +371,68 @@ async fn malformed_pods_and_a_missing_manifest_dir_are_reported_and_the_rest_dra
     // Pods whose JSON a typed client could not even read.
     for (name, extra) in [
         ("bad-priority", json!({"spec": {"priority": "high"}})),
-        ("bad-owner", json!({"metadata": {"ownerReferences": "not-a-list"}})),
+        (
+            "bad-owner",
+            json!({"metadata": {"ownerReferences": "not-a-list"}}),
+        ),
     ] {
         let mut pod = pod_json("default", name, "node-a", json!({}));
         json_patch::merge(&mut pod, &extra);
-        let (code, body) = raw(&sim, "POST", "/api/v1/namespaces/default/pods", "application/json", serde_json::to_vec(&pod).unwrap()).await;
+        let (code, body) = raw(
+            &sim,
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            "application/json",
+            serde_json::to_vec(&pod).unwrap(),
+        )
+        .await;
         assert_eq!(code, 201, "{body}");
     }
-    let agent = RunningAgent::start(&sim, "node-a", Some("/nonexistent/maintd-test/manifests".into()));
+    let agent = RunningAgent::start(
+        &sim,
+        "node-a",
+        Some("/nonexistent/maintd-test/manifests".into()),
+    );
     taint(&client, "node-a", "maintd.io/drain", Some("x")).await;
     // Everything but the static pod drains; the static pod is reported.
     // Listed raw: a typed client cannot read the malformed pods.
-    eventually("every pod but the static one and the opted-out one is gone", || async {
-        let (_, list) = raw(&sim, "GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-a", "", vec![]).await;
-        list["items"].as_array().unwrap().iter().all(|p| {
-            p["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string() || p["metadata"]["name"] == "pinned"
-        })
-    })
+    eventually(
+        "every pod but the static one and the opted-out one is gone",
+        || async {
+            let (_, list) = raw(
+                &sim,
+                "GET",
+                "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-a",
+                "",
+                vec![],
+            )
+            .await;
+            list["items"].as_array().unwrap().iter().all(|p| {
+                p["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string()
+                    || p["metadata"]["name"] == "pinned"
+            })
+        },
+    )
     .await;
     agent
         .wait_for("a warning about the static pod directory", |evs| {
-            evs.iter().any(|e| e.event == EventKind::Warning && e.message.contains("/nonexistent/maintd-test/manifests"))
+            evs.iter().any(|e| {
+                e.event == EventKind::Warning
+                    && e.message.contains("/nonexistent/maintd-test/manifests")
+            })
         })
         .await;
     let st = agent.progress.status();
-    assert_ne!(st.phase, Phase::Drained, "a static pod that cannot be stashed keeps the drain from completing");
-    assert!(st.warnings.iter().any(|w| w.contains("bad-priority")), "{:?}", st.warnings);
+    assert_ne!(
+        st.phase,
+        Phase::Drained,
+        "a static pod that cannot be stashed keeps the drain from completing"
+    );
+    assert!(
+        st.warnings.iter().any(|w| w.contains("bad-priority")),
+        "{:?}",
+        st.warnings
+    );
     assert!(!agent.task.is_finished(), "the agent is still running");
     agent.stop().await;
 }
-

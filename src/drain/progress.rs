@@ -216,33 +216,32 @@ impl Progress {
         let base = finished.len();
         self.update(|st| {
             st.stages = finished.to_vec();
-            st.stages.extend(plan
-                .stages
-                .iter()
-                .enumerate()
-                .map(|(i, s)| StageStatus {
-                    stage: base + i + 1,
-                    label: s.label.clone(),
-                    pod_type: s.pod_type,
-                    priority: s.priority,
-                    state: match st.current_stage {
-                        Some(c) if c == base + i + 1 => StageState::Running,
-                        _ => StageState::Pending,
-                    },
-                    pods: s
-                        .pods
-                        .iter()
-                        .map(|p| {
-                            let (state, blocker) = gone_or_state(&p.uid);
-                            PodStatus {
-                                uid: p.uid.clone(),
-                                namespace: p.namespace.clone(),
-                                name: p.name.clone(),
-                                state,
-                                blocker,
-                            }
-                        })
-                        .collect(),
+            st.stages
+                .extend(plan.stages.iter().enumerate().map(|(i, s)| {
+                    StageStatus {
+                        stage: base + i + 1,
+                        label: s.label.clone(),
+                        pod_type: s.pod_type,
+                        priority: s.priority,
+                        state: match st.current_stage {
+                            Some(c) if c == base + i + 1 => StageState::Running,
+                            _ => StageState::Pending,
+                        },
+                        pods: s
+                            .pods
+                            .iter()
+                            .map(|p| {
+                                let (state, blocker) = gone_or_state(&p.uid);
+                                PodStatus {
+                                    uid: p.uid.clone(),
+                                    namespace: p.namespace.clone(),
+                                    name: p.name.clone(),
+                                    state,
+                                    blocker,
+                                }
+                            })
+                            .collect(),
+                    }
                 }));
             st.pods_remaining = plan.stages.iter().map(|s| s.pods.len()).sum();
             let done: usize = finished.iter().map(|s| s.pods.len()).sum();

@@ -24,18 +24,32 @@ const JOURNAL: &str = ".maintd-journal.json";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StashError {
-    #[error("the static pod directory {0} does not exist; nothing can be stashed (set --static-pod-dir to the kubelet's staticPodPath)")]
+    #[error(
+        "the static pod directory {0} does not exist; nothing can be stashed (set --static-pod-dir to the kubelet's staticPodPath)"
+    )]
     ManifestDirMissing(PathBuf),
     #[error("{path}: {error}")]
-    Io { path: PathBuf, error: std::io::Error },
-    #[error("the stash {stash} is on a different filesystem than {manifests}; a move between them would not be atomic — put the stash beside the static pod directory (--static-pod-stash)")]
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error(
+        "the stash {stash} is on a different filesystem than {manifests}; a move between them would not be atomic — put the stash beside the static pod directory (--static-pod-stash)"
+    )]
     DifferentFilesystem { manifests: PathBuf, stash: PathBuf },
     #[error("moving {from} to {to}: {error}")]
-    Move { from: PathBuf, to: PathBuf, error: nix::Error },
+    Move {
+        from: PathBuf,
+        to: PathBuf,
+        error: nix::Error,
+    },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StashError + '_ {
-    move |error| StashError::Io { path: path.to_path_buf(), error }
+    move |error| StashError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
 }
 
 /// One manifest in the kubelet's directory.
@@ -85,11 +99,17 @@ impl StaticPodStash {
     /// the same filesystem.
     pub fn new(manifest_dir: PathBuf, stash_dir: Option<PathBuf>) -> Self {
         let stash_dir = stash_dir.unwrap_or_else(|| {
-            let mut name = manifest_dir.file_name().unwrap_or(OsStr::new("manifests")).to_os_string();
+            let mut name = manifest_dir
+                .file_name()
+                .unwrap_or(OsStr::new("manifests"))
+                .to_os_string();
             name.push(".maintd-stash");
             manifest_dir.with_file_name(name)
         });
-        StaticPodStash { manifest_dir, stash_dir }
+        StaticPodStash {
+            manifest_dir,
+            stash_dir,
+        }
     }
 
     /// The mirror pod name the kubelet gives a static pod.
@@ -112,10 +132,21 @@ impl StaticPodStash {
                 Ok(v) => Manifest {
                     file,
                     pod_name: v["metadata"]["name"].as_str().map(str::to_string),
-                    namespace: Some(v["metadata"]["namespace"].as_str().unwrap_or("default").to_string()),
-                    error: (!v["metadata"]["name"].is_string()).then(|| "the manifest has no metadata.name".to_string()),
+                    namespace: Some(
+                        v["metadata"]["namespace"]
+                            .as_str()
+                            .unwrap_or("default")
+                            .to_string(),
+                    ),
+                    error: (!v["metadata"]["name"].is_string())
+                        .then(|| "the manifest has no metadata.name".to_string()),
                 },
-                Err(e) => Manifest { file, pod_name: None, namespace: None, error: Some(e) },
+                Err(e) => Manifest {
+                    file,
+                    pod_name: None,
+                    namespace: None,
+                    error: Some(e),
+                },
             });
         }
         Ok(out)
@@ -126,17 +157,27 @@ impl StaticPodStash {
         if !self.stash_dir.is_dir() {
             return Ok(Vec::new());
         }
-        Ok(list_files(&self.stash_dir)?.into_iter().filter(|f| !is_conflict_copy(f)).collect())
+        Ok(list_files(&self.stash_dir)?
+            .into_iter()
+            .filter(|f| !is_conflict_copy(f))
+            .collect())
     }
 
     fn ensure_stash_dir(&self) -> Result<(), StashError> {
         if !self.stash_dir.is_dir() {
-            fs::DirBuilder::new().mode(0o700).recursive(true).create(&self.stash_dir).map_err(io(&self.stash_dir))?;
+            fs::DirBuilder::new()
+                .mode(0o700)
+                .recursive(true)
+                .create(&self.stash_dir)
+                .map_err(io(&self.stash_dir))?;
         }
         let a = fs::metadata(&self.manifest_dir).map_err(io(&self.manifest_dir))?;
         let b = fs::metadata(&self.stash_dir).map_err(io(&self.stash_dir))?;
         if a.dev() != b.dev() {
-            return Err(StashError::DifferentFilesystem { manifests: self.manifest_dir.clone(), stash: self.stash_dir.clone() });
+            return Err(StashError::DifferentFilesystem {
+                manifests: self.manifest_dir.clone(),
+                stash: self.stash_dir.clone(),
+            });
         }
         Ok(())
     }
@@ -144,7 +185,11 @@ impl StaticPodStash {
     fn write_journal(&self, op: &str, files: &[String]) -> Result<(), StashError> {
         let path = self.stash_dir.join(JOURNAL);
         let tmp = self.stash_dir.join(format!("{JOURNAL}.tmp"));
-        let body = serde_json::to_vec(&Journal { op: op.into(), files: files.to_vec() }).unwrap_or_default();
+        let body = serde_json::to_vec(&Journal {
+            op: op.into(),
+            files: files.to_vec(),
+        })
+        .unwrap_or_default();
         let mut f = fs::File::create(&tmp).map_err(io(&tmp))?;
         f.write_all(&body).map_err(io(&tmp))?;
         f.sync_all().map_err(io(&tmp))?;
@@ -167,7 +212,9 @@ impl StaticPodStash {
     pub fn recover(&self) -> Result<Option<String>, StashError> {
         let _ = fs::remove_file(self.stash_dir.join(format!("{JOURNAL}.tmp")));
         let path = self.stash_dir.join(JOURNAL);
-        let Ok(text) = fs::read_to_string(&path) else { return Ok(None) };
+        let Ok(text) = fs::read_to_string(&path) else {
+            return Ok(None);
+        };
         let what = match serde_json::from_str::<Journal>(&text) {
             Ok(j) => format!("an interrupted {} of {}", j.op, j.files.join(", ")),
             Err(_) => "an interrupted operation (its journal is unreadable; the files themselves are intact)".to_string(),
@@ -191,7 +238,10 @@ impl StaticPodStash {
             None => present,
         };
         if todo.is_empty() {
-            return Ok(StashReport { stashed: vec![], recovered });
+            return Ok(StashReport {
+                stashed: vec![],
+                recovered,
+            });
         }
         self.write_journal("stash", &todo)?;
         for f in &todo {
@@ -206,7 +256,10 @@ impl StaticPodStash {
         sync_dir(&self.manifest_dir)?;
         sync_dir(&self.stash_dir)?;
         self.clear_journal()?;
-        Ok(StashReport { stashed: todo, recovered })
+        Ok(StashReport {
+            stashed: todo,
+            recovered,
+        })
     }
 
     /// Moves every stashed manifest back. Never overwrites: a file of the
@@ -219,16 +272,28 @@ impl StaticPodStash {
         let recovered = self.recover()?;
         let todo = self.stashed()?;
         if todo.is_empty() {
-            return Ok(RestoreReport { recovered, ..Default::default() });
+            return Ok(RestoreReport {
+                recovered,
+                ..Default::default()
+            });
         }
         if !self.manifest_dir.is_dir() {
             fs::create_dir_all(&self.manifest_dir).map_err(io(&self.manifest_dir))?;
         }
         self.write_journal("restore", &todo)?;
-        let mut report = RestoreReport { recovered, ..Default::default() };
+        let mut report = RestoreReport {
+            recovered,
+            ..Default::default()
+        };
         for f in &todo {
             let (from, to) = (self.stash_dir.join(f), self.manifest_dir.join(f));
-            match renameat2(AT_FDCWD, &from, AT_FDCWD, &to, RenameFlags::RENAME_NOREPLACE) {
+            match renameat2(
+                AT_FDCWD,
+                &from,
+                AT_FDCWD,
+                &to,
+                RenameFlags::RENAME_NOREPLACE,
+            ) {
                 Ok(()) => report.restored.push(f.clone()),
                 Err(nix::Error::EEXIST) => {
                     let kept = conflict_name(f);
@@ -265,20 +330,27 @@ fn is_conflict_copy(name: &str) -> bool {
 }
 
 fn conflict_name(file: &str) -> String {
-    let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
     format!("{file}.conflict-{ts}")
 }
 
 fn move_noreplace(from: &Path, to: &Path) -> Result<(), StashError> {
-    renameat2(AT_FDCWD, from, AT_FDCWD, to, RenameFlags::RENAME_NOREPLACE).map_err(|error| StashError::Move {
-        from: from.to_path_buf(),
-        to: to.to_path_buf(),
-        error,
+    renameat2(AT_FDCWD, from, AT_FDCWD, to, RenameFlags::RENAME_NOREPLACE).map_err(|error| {
+        StashError::Move {
+            from: from.to_path_buf(),
+            to: to.to_path_buf(),
+            error,
+        }
     })
 }
 
 fn sync_dir(dir: &Path) -> Result<(), StashError> {
-    fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir))
 }
 
 #[cfg(test)]

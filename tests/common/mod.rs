@@ -104,10 +104,16 @@ pub async fn raw(
 
 /// A simulated cluster seeded from one of the shipped scenarios, settled.
 pub async fn scenario(name: &str) -> SimCluster {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios").join(name);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/scenarios")
+        .join(name);
     let scenario = maintd::sim::scenario::load(&path).expect("the scenario loads");
-    let sim = SimCluster::start_with_scenario(SimConfig::default(), &scenario).await.expect("the cluster starts");
-    sim.wait_settled(Duration::from_secs(60)).await.expect("the scenario settles");
+    let sim = SimCluster::start_with_scenario(SimConfig::default(), &scenario)
+        .await
+        .expect("the cluster starts");
+    sim.wait_settled(Duration::from_secs(60))
+        .await
+        .expect("the scenario settles");
     sim
 }
 
@@ -120,7 +126,11 @@ pub async fn taint(client: &kube::Client, node: &str, key: &str, value: Option<&
         None => json!({"spec": {"taints": [{"$patch": "delete", "key": key}]}}),
     };
     nodes
-        .patch(node, &kube::api::PatchParams::default(), &kube::api::Patch::Strategic(patch))
+        .patch(
+            node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(patch),
+        )
         .await
         .expect("taint patch");
 }
@@ -135,9 +145,17 @@ pub async fn pods_on(client: &kube::Client, node: &str) -> Vec<Pod> {
 }
 
 pub fn is_mirror(p: &Pod) -> bool {
-    p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
+    p.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
 }
 
 pub fn owner_kind(p: &Pod) -> Option<String> {
-    p.metadata.owner_references.as_ref()?.iter().find(|o| o.controller == Some(true)).map(|o| o.kind.clone())
+    p.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.kind.clone())
 }

@@ -15,14 +15,20 @@ fn contents(dir: &Path) -> Vec<(String, String)> {
     let mut out: Vec<_> = fs::read_dir(dir)
         .unwrap()
         .flatten()
-        .map(|e| (e.file_name().to_string_lossy().into_owned(), fs::read_to_string(e.path()).unwrap_or_default()))
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                fs::read_to_string(e.path()).unwrap_or_default(),
+            )
+        })
         .collect();
     out.sort();
     out
 }
 
 const ETCD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: etcd\n  namespace: kube-system\nspec:\n  containers: [{name: etcd, image: etcd}]\n";
-const API: &str = "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"kube-apiserver\"}}";
+const API: &str =
+    "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"kube-apiserver\"}}";
 
 #[test]
 fn stash_then_restore_gives_back_identical_files() {
@@ -50,10 +56,19 @@ fn the_stash_sits_beside_the_manifests_and_is_private() {
 
 #[test]
 fn manifests_are_read_with_their_pod_names_and_bad_ones_reported() {
-    let (_root, s) = setup(&[("etcd.yaml", ETCD), ("broken.yaml", "metadata: [unclosed"), (".hidden.yaml", ETCD), ("noname.yaml", "kind: Pod\n")]);
+    let (_root, s) = setup(&[
+        ("etcd.yaml", ETCD),
+        ("broken.yaml", "metadata: [unclosed"),
+        (".hidden.yaml", ETCD),
+        ("noname.yaml", "kind: Pod\n"),
+    ]);
     let m = s.manifests().unwrap();
     let files: Vec<_> = m.iter().map(|m| m.file.as_str()).collect();
-    assert_eq!(files, ["broken.yaml", "etcd.yaml", "noname.yaml"], "dotfiles are not the kubelet's");
+    assert_eq!(
+        files,
+        ["broken.yaml", "etcd.yaml", "noname.yaml"],
+        "dotfiles are not the kubelet's"
+    );
     assert_eq!(m[1].pod_name.as_deref(), Some("etcd"));
     assert_eq!(m[1].namespace.as_deref(), Some("kube-system"));
     assert!(m[0].error.is_some());
@@ -61,8 +76,14 @@ fn manifests_are_read_with_their_pod_names_and_bad_ones_reported() {
     // A malformed manifest still moves and comes back intact.
     s.stash(None).unwrap();
     s.restore().unwrap();
-    assert_eq!(fs::read_to_string(s.manifest_dir.join("broken.yaml")).unwrap(), "metadata: [unclosed");
-    assert_eq!(StaticPodStash::mirror_pod_name("etcd", "node-a"), "etcd-node-a");
+    assert_eq!(
+        fs::read_to_string(s.manifest_dir.join("broken.yaml")).unwrap(),
+        "metadata: [unclosed"
+    );
+    assert_eq!(
+        StaticPodStash::mirror_pod_name("etcd", "node-a"),
+        "etcd-node-a"
+    );
 }
 
 #[test]
@@ -84,10 +105,16 @@ fn restore_never_overwrites_a_file_an_admin_put_back() {
     let r = s.restore().unwrap();
     assert!(r.restored.is_empty());
     assert_eq!(r.conflicts.len(), 1);
-    assert_eq!(fs::read_to_string(s.manifest_dir.join("etcd.yaml")).unwrap(), "admin's version");
+    assert_eq!(
+        fs::read_to_string(s.manifest_dir.join("etcd.yaml")).unwrap(),
+        "admin's version"
+    );
     let kept = fs::read_to_string(s.stash_dir.join(&r.conflicts[0])).unwrap();
     assert_eq!(kept, ETCD, "the stashed copy is kept too");
-    assert!(s.stashed().unwrap().is_empty(), "a kept conflict copy is not restored again");
+    assert!(
+        s.stashed().unwrap().is_empty(),
+        "a kept conflict copy is not restored again"
+    );
     assert!(s.restore().unwrap().conflicts.is_empty());
 }
 
@@ -95,7 +122,10 @@ fn restore_never_overwrites_a_file_an_admin_put_back() {
 fn a_missing_manifest_directory_is_an_error_not_a_panic() {
     let root = tempfile::tempdir().unwrap();
     let s = StaticPodStash::new(root.path().join("nope"), None);
-    assert!(matches!(s.manifests(), Err(StashError::ManifestDirMissing(_))));
+    assert!(matches!(
+        s.manifests(),
+        Err(StashError::ManifestDirMissing(_))
+    ));
     let err = s.stash(None).unwrap_err();
     assert!(err.to_string().contains("does not exist"), "{err}");
     assert_eq!(s.restore().unwrap(), RestoreReport::default());
@@ -118,7 +148,9 @@ fn an_unreadable_manifest_directory_is_an_error() {
 fn a_stash_on_another_filesystem_is_refused() {
     let (_root, s) = setup(&[("etcd.yaml", ETCD)]);
     let shm = Path::new("/dev/shm");
-    let same = fs::metadata(shm).map(|m| m.dev() == fs::metadata(&s.manifest_dir).unwrap().dev()).unwrap_or(true);
+    let same = fs::metadata(shm)
+        .map(|m| m.dev() == fs::metadata(&s.manifest_dir).unwrap().dev())
+        .unwrap_or(true);
     if same {
         eprintln!("/dev/shm is not a separate filesystem here; nothing to check");
         return;
@@ -126,7 +158,10 @@ fn a_stash_on_another_filesystem_is_refused() {
     let other = tempfile::tempdir_in(shm).unwrap();
     let s = StaticPodStash::new(s.manifest_dir.clone(), Some(other.path().join("stash")));
     let err = s.stash(None).unwrap_err();
-    assert!(matches!(err, StashError::DifferentFilesystem { .. }), "{err}");
+    assert!(
+        matches!(err, StashError::DifferentFilesystem { .. }),
+        "{err}"
+    );
     assert_eq!(contents(&s.manifest_dir).len(), 1, "nothing moved");
 }
 
@@ -135,12 +170,26 @@ fn a_stash_on_another_filesystem_is_refused() {
 /// — ends, after the next call, with every manifest back and intact.
 #[test]
 fn a_kill_at_any_point_loses_no_manifest() {
-    let files = [("etcd.yaml", ETCD), ("kube-apiserver.json", API), ("proxy.yaml", "kind: Pod\nmetadata: {name: proxy}\n")];
-    for (op, moved) in [("stash", 0), ("stash", 1), ("stash", 2), ("stash", 3), ("restore", 1), ("restore", 3)] {
+    let files = [
+        ("etcd.yaml", ETCD),
+        ("kube-apiserver.json", API),
+        ("proxy.yaml", "kind: Pod\nmetadata: {name: proxy}\n"),
+    ];
+    for (op, moved) in [
+        ("stash", 0),
+        ("stash", 1),
+        ("stash", 2),
+        ("stash", 3),
+        ("restore", 1),
+        ("restore", 3),
+    ] {
         for journal in ["whole", "torn", "tmp-only"] {
             let (_root, s) = setup(&files);
             let before = contents(&s.manifest_dir);
-            fs::DirBuilder::new().mode(0o700).create(&s.stash_dir).unwrap();
+            fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&s.stash_dir)
+                .unwrap();
             let names: Vec<String> = files.iter().map(|(n, _)| n.to_string()).collect();
             if op == "restore" {
                 for n in &names {
@@ -153,13 +202,21 @@ fn a_kill_at_any_point_loses_no_manifest() {
                 _ => fs::write(s.stash_dir.join(format!("{JOURNAL}.tmp")), "{").unwrap(),
             }
             for n in names.iter().take(moved) {
-                let (from, to) = if op == "stash" { (&s.manifest_dir, &s.stash_dir) } else { (&s.stash_dir, &s.manifest_dir) };
+                let (from, to) = if op == "stash" {
+                    (&s.manifest_dir, &s.stash_dir)
+                } else {
+                    (&s.stash_dir, &s.manifest_dir)
+                };
                 fs::rename(from.join(n), to.join(n)).unwrap();
             }
             // The agent starts again and, with no maintenance active, restores.
             let fresh = StaticPodStash::new(s.manifest_dir.clone(), None);
             let r = fresh.restore().unwrap();
-            assert_eq!(contents(&fresh.manifest_dir), before, "{op} after {moved} moves, journal {journal}: {r:?}");
+            assert_eq!(
+                contents(&fresh.manifest_dir),
+                before,
+                "{op} after {moved} moves, journal {journal}: {r:?}"
+            );
             assert!(!fresh.stash_dir.join(JOURNAL).exists());
         }
     }

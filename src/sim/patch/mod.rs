@@ -1,63 +1,52 @@
-//! Placeholder until the patch branch lands: same signatures, merge patch only.
+//! The four patch kinds of the Kubernetes API, on JSON objects: JSON merge
+//! patch (RFC 7386), JSON patch (RFC 6902), strategic merge patch (with the
+//! directives kubectl sends), and server-side apply with field ownership
+//! recorded in `metadata.managedFields`.
+
+mod apply;
+mod schema;
+mod strategic;
+
+pub use apply::{apply, record_update};
+pub use schema::{ListKind, ListSchema};
+pub use strategic::strategic_merge_patch;
+
 use serde_json::Value;
 
+/// Why a patch could not be applied.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PatchError {
+    /// 400: the patch itself is malformed.
     BadRequest(String),
+    /// 409: a server-side apply conflicts with another manager's fields.
     Conflict {
         message: String,
+        /// (field, message)
         causes: Vec<(String, String)>,
     },
+    /// 422: the patch is well-formed but cannot apply (a failed `test`).
     Invalid(String),
 }
 
-#[derive(Debug, Clone, Default)]
-pub struct ListSchema;
-impl ListSchema {
-    pub fn builtin(_group: &str, _kind: &str) -> ListSchema {
-        ListSchema
-    }
-    pub fn from_openapi_v3(_schema: &Value) -> ListSchema {
-        ListSchema
-    }
-}
-
+/// RFC 7386 JSON merge patch.
 pub fn merge_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
+    if !patch.is_object() {
+        return Err(PatchError::BadRequest(
+            "a merge patch must be a JSON object".into(),
+        ));
+    }
     json_patch::merge(target, patch);
     Ok(())
 }
+
+/// RFC 6902 JSON patch. A malformed patch is a 400; an operation that
+/// cannot apply (a failed `test`, a missing path) is a 422, as the
+/// apiserver answers.
 pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
-    let p: json_patch::Patch =
-        serde_json::from_value(patch.clone()).map_err(|e| PatchError::BadRequest(e.to_string()))?;
-    json_patch::patch(target, &p).map_err(|e| PatchError::Invalid(e.to_string()))
+    let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+        .map_err(|e| PatchError::BadRequest(format!("the JSON patch is malformed: {e}")))?;
+    json_patch::patch(target, &ops).map_err(|e| PatchError::Invalid(e.to_string()))
 }
-pub fn strategic_merge_patch(
-    target: &mut Value,
-    patch: &Value,
-    _s: &ListSchema,
-) -> Result<(), PatchError> {
-    merge_patch(target, patch)
-}
-pub fn apply(
-    live: Option<&Value>,
-    applied: &Value,
-    _manager: &str,
-    _force: bool,
-    _subresource: Option<&str>,
-    _schema: &ListSchema,
-    _now: &str,
-) -> Result<Value, PatchError> {
-    let mut v = live.cloned().unwrap_or(Value::Null);
-    merge_patch(&mut v, applied)?;
-    Ok(v)
-}
-pub fn record_update(
-    _old: Option<&Value>,
-    _new: &mut Value,
-    _manager: &str,
-    _operation: &str,
-    _subresource: Option<&str>,
-    _schema: &ListSchema,
-    _now: &str,
-) {
-}
+
+#[cfg(test)]
+mod tests;
