@@ -93,7 +93,9 @@ impl std::fmt::Display for BusAddress {
 #[derive(Debug, thiserror::Error)]
 pub enum LogindError {
     /// The bus could not be reached.
-    #[error("cannot connect to {bus}: {source}; check that the D-Bus socket is mounted and readable")]
+    #[error(
+        "cannot connect to {bus}: {source}; check that the D-Bus socket is mounted and readable"
+    )]
     Connect {
         /// Which bus.
         bus: String,
@@ -303,7 +305,16 @@ impl Logind {
             .inhibit(what, who, why, mode)
             .await
             .map_err(|e| LogindError::from_call("Inhibit", e))?;
-        Ok(InhibitorLock { _fd: fd.into() })
+        let fd: OwnedFd = fd.into();
+        // zbus receives fds without close-on-exec; a child process that
+        // inherited the fd would keep the lock alive after we close ours.
+        if let Err(e) = nix::fcntl::fcntl(
+            &fd,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        ) {
+            tracing::warn!(error = %e, "cannot set close-on-exec on the inhibitor fd");
+        }
+        Ok(InhibitorLock { _fd: fd })
     }
 
     /// Lists all inhibitors logind knows.

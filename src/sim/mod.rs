@@ -1,1 +1,3 @@
+//! Simulations for the demo and tests.
+pub mod dbus;
 pub mod logind;
