@@ -237,22 +237,32 @@ impl Runner {
     /// first: a restarted logind may still be restoring its state.
     async fn reconcile(&mut self, logind: &Logind, after_restart: bool) -> Result<(), Exit> {
         let mut ours = self.count_ours(logind).await?;
-        if ours == 0 && after_restart && self.lock.is_some() && !self.released {
+        if ours == Some(0) && after_restart && self.lock.is_some() && !self.released {
             tokio::time::sleep(self.cfg.restore_grace).await;
             ours = self.count_ours(logind).await?;
         }
         if self.released {
             return Ok(());
         }
-        if ours > 0 && self.lock.is_some() {
-            if ours > 1 {
-                tracing::warn!(ours, token = %self.cfg.token, "logind lists more than one lock with our token");
+        match ours {
+            None if self.lock.is_some() => {
+                // Keep the fd (it may still count) but don't claim it does.
+                let reason = self.status.borrow().last_error.clone();
+                self.mark_lost(reason.unwrap_or_else(|| "cannot list inhibitors".into()))
+                    .await;
+                return Ok(());
             }
-            self.mark_held().await;
-            return Ok(());
-        }
-        if ours > 0 {
-            tracing::warn!(token = %self.cfg.token, "logind lists a lock with our token that we hold no fd for");
+            Some(n) if n > 0 && self.lock.is_some() => {
+                if n > 1 {
+                    tracing::warn!(n, token = %self.cfg.token, "logind lists more than one lock with our token");
+                }
+                self.mark_held().await;
+                return Ok(());
+            }
+            Some(n) if n > 0 => {
+                tracing::warn!(token = %self.cfg.token, "logind lists a lock with our token that we hold no fd for");
+            }
+            _ => {}
         }
         // Whatever fd we still have belongs to a lock logind forgot.
         self.lock = None;
@@ -274,23 +284,23 @@ impl Runner {
         }
     }
 
-    /// Lists inhibitors, reports kubelet's, and counts ours.
-    async fn count_ours(&mut self, logind: &Logind) -> Result<usize, Exit> {
+    /// Lists inhibitors, reports kubelet's, and counts ours; `None` when
+    /// logind could not be asked (the error is in the status).
+    async fn count_ours(&mut self, logind: &Logind) -> Result<Option<usize>, Exit> {
         let list = match logind.list_inhibitors().await {
             Ok(l) => l,
             Err(e) if e.is_disconnect() => return Err(e.into()),
             Err(e) => {
-                // Without the list we cannot tell; assume ours is there if we
-                // hold an fd, so we never take a second one.
                 self.note_error(e.to_string());
-                return Ok(usize::from(self.lock.is_some()));
+                return Ok(None);
             }
         };
         self.report_competing(&list).await;
-        Ok(list
-            .iter()
-            .filter(|i| i.why.contains(&self.cfg.token))
-            .count())
+        Ok(Some(
+            list.iter()
+                .filter(|i| i.why.contains(&self.cfg.token))
+                .count(),
+        ))
     }
 
     async fn report_competing(&mut self, list: &[Inhibitor]) {

@@ -105,7 +105,8 @@ fn spawn_daemon(config: &Path) -> Result<Child, PrivateBusError> {
         .args(["--nofork", "--print-address"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        // As root it complains that it cannot raise its fd limit; harmless noise.
+        .stderr(Stdio::null())
         .spawn()
         .map_err(|source| PrivateBusError::Spawn { source })?;
     // The address is printed once the socket listens: reading it is the

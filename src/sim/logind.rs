@@ -157,6 +157,11 @@ impl SimLogind {
         state.entries.values().map(|e| e.info.clone()).collect()
     }
 
+    /// How many locks `Inhibit` has handed out since start (restarts included).
+    pub fn locks_granted(&self) -> u64 {
+        self.shared.state().next_id - 1
+    }
+
     /// Every shutdown recorded so far, oldest first.
     pub fn shutdown_records(&self) -> Vec<ShutdownRecord> {
         self.shared.state().records.clone()
