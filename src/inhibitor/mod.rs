@@ -250,3 +250,37 @@ impl Drop for InhibitorHandle {
         self.task.abort();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn why_carries_node_and_token() {
+        let cfg = InhibitorConfig::new("node-a");
+        assert_eq!(cfg.token.len(), 16);
+        assert!(cfg.why().contains("node-a"));
+        assert!(cfg.why().contains(&cfg.token));
+        assert_ne!(cfg.token, InhibitorConfig::new("node-a").token);
+    }
+
+    #[test]
+    fn status_json_gives_budget_in_seconds() {
+        let status = InhibitorStatus {
+            held: true,
+            preparing: false,
+            budget: Some(Duration::from_millis(1500)),
+            token: "t".into(),
+            competing: vec![CompetingInhibitor {
+                who: "kubelet".into(),
+                why: "Kubelet needs time to handle node shutdown".into(),
+            }],
+            last_error: None,
+        };
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json["budget_seconds"], 1.5);
+        assert_eq!(json["held"], true);
+        assert_eq!(json["competing"][0]["who"], "kubelet");
+        assert!(json["last_error"].is_null());
+    }
+}

@@ -120,24 +120,8 @@ impl Runner {
         };
         *connected = true;
 
-        match logind.preparing_for_shutdown().await {
-            Ok(true) if !self.preparing => {
-                self.preparing = true;
-                let budget = match self.read_budget(&logind).await {
-                    Ok(b) => b.min(self.cfg.in_progress_budget),
-                    Err(exit) => return exit,
-                };
-                self.status.send_modify(|s| s.preparing = true);
-                self.set_budget(budget);
-                self.emit(ShutdownEvent::Preparing {
-                    budget,
-                    already_in_progress: true,
-                })
-                .await;
-            }
-            Ok(_) => {}
-            Err(e) if e.is_disconnect() => return e.into(),
-            Err(e) => self.note_error(e.to_string()),
+        if let Err(exit) = self.sync_preparing(&logind).await {
+            return exit;
         }
         if let Err(exit) = self.reconcile(&logind, false).await {
             return exit;
@@ -159,12 +143,19 @@ impl Runner {
                     None => return Exit::Reconnect("NameOwnerChanged subscription ended".into()),
                     Some(None) => {
                         // Keep the fd: a restarted logind may restore this lock.
-                        self.mark_lost("logind left the bus".into()).await;
+                        if self.lock.is_some() {
+                            self.mark_lost("logind left the bus".into()).await;
+                        } else {
+                            self.note_error("logind left the bus".into());
+                        }
                         Ok(())
                     }
                     Some(Some(new_owner)) => {
                         tracing::info!(%new_owner, "logind (re)appeared on the bus");
-                        self.reconcile(&logind, true).await
+                        match self.sync_preparing(&logind).await {
+                            Ok(()) => self.reconcile(&logind, true).await,
+                            Err(exit) => Err(exit),
+                        }
                     }
                 },
                 cmd = self.commands.recv() => match cmd {
@@ -176,6 +167,37 @@ impl Runner {
                 return exit;
             }
         }
+    }
+
+    /// Reads `PreparingForShutdown` when we may have missed its signals
+    /// (start, reconnect, logind restart): a shutdown already under way
+    /// gets the conservative budget, as we cannot know when logind's clock
+    /// started; one that ended meanwhile counts as cancelled.
+    async fn sync_preparing(&mut self, logind: &Logind) -> Result<(), Exit> {
+        match logind.preparing_for_shutdown().await {
+            Ok(true) if !self.preparing => {
+                self.preparing = true;
+                let budget = self.read_budget(logind).await?;
+                let budget = budget.min(self.cfg.in_progress_budget);
+                self.status.send_modify(|s| s.preparing = true);
+                self.set_budget(budget);
+                self.emit(ShutdownEvent::Preparing {
+                    budget,
+                    already_in_progress: true,
+                })
+                .await;
+            }
+            Ok(false) if self.preparing => {
+                self.preparing = false;
+                self.released = false;
+                self.status.send_modify(|s| s.preparing = false);
+                self.emit(ShutdownEvent::Cancelled).await;
+            }
+            Ok(_) => {}
+            Err(e) if e.is_disconnect() => return Err(e.into()),
+            Err(e) => self.note_error(e.to_string()),
+        }
+        Ok(())
     }
 
     fn command(&mut self, cmd: Command) {

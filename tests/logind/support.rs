@@ -160,13 +160,19 @@ impl DbusMock {
     }
 
     pub async fn emit_prepare_for_shutdown(&self, start: bool) {
-        let args: Vec<Value<'_>> = vec![Value::Bool(start)];
+        self.emit_prepare_for_shutdown_raw("b", Value::Bool(start))
+            .await;
+    }
+
+    /// Emits PrepareForShutdown with any signature, to send malformed ones.
+    pub async fn emit_prepare_for_shutdown_raw(&self, signature: &str, arg: Value<'_>) {
+        let args: Vec<Value<'_>> = vec![arg];
         self.mock_call(
             "EmitSignal",
             &(
                 "org.freedesktop.login1.Manager",
                 "PrepareForShutdown",
-                "b",
+                signature,
                 args,
             ),
         )
