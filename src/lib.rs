@@ -6,6 +6,8 @@ pub mod demo;
 pub mod drain;
 pub mod http;
 pub mod index;
+pub mod inhibitor;
+pub mod logind;
 pub mod plan_cmd;
 pub mod sim;
 pub mod trigger;

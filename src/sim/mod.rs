@@ -11,10 +11,12 @@
 
 pub mod audit;
 pub mod controllers;
+pub mod dbus;
 pub mod discovery;
 pub mod errors;
 pub mod eviction;
 pub mod kubelet;
+pub mod logind;
 pub mod meta;
 pub mod patch;
 pub mod resources;

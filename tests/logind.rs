@@ -1,0 +1,349 @@
+//! The shutdown inhibitor against the simulated logind and against
+//! python-dbusmock's logind template, each on a private dbus-daemon.
+//! Assertions are about order and counts; timeouts only stop a hang.
+
+#[path = "logind/dbusmock.rs"]
+mod dbusmock;
+#[path = "logind/support.rs"]
+mod support;
+
+use std::time::Duration;
+
+use maintd::inhibitor::{ShutdownEvent, ShutdownInhibitor};
+use maintd::sim::dbus::PrivateBus;
+use maintd::sim::logind::{RestartMode, SimLogind, SimLogindConfig};
+use support::*;
+use tokio::io::AsyncBufReadExt;
+
+const KUBELET_WHY: &str = "Kubelet needs time to handle node shutdown";
+
+async fn sim(bus: &PrivateBus, delay: Duration) -> SimLogind {
+    SimLogind::start(
+        &bus.address,
+        SimLogindConfig {
+            inhibit_delay_max: delay,
+        },
+    )
+    .await
+    .expect("start simulated logind")
+}
+
+#[tokio::test]
+async fn sim_lock_taken_at_start_and_listed() {
+    let bus = PrivateBus::start().unwrap();
+    let sim = sim(&bus, Duration::from_secs(600)).await;
+    let cfg = config(&bus);
+    let token = cfg.token.clone();
+    let (handle, mut events) = ShutdownInhibitor::start(cfg);
+
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    let list = client(&bus).await.list_inhibitors().await.unwrap();
+    let mine: Vec<_> = list.iter().filter(|i| i.why.contains(&token)).collect();
+    assert_eq!(mine.len(), 1, "{list:?}");
+    assert_eq!(
+        (
+            mine[0].what.as_str(),
+            mine[0].who.as_str(),
+            mine[0].mode.as_str()
+        ),
+        ("shutdown", "maintd", "delay")
+    );
+    assert!(mine[0].why.contains("node-a"));
+    assert_eq!(sim.inhibitors().len(), 1);
+    let status = handle.status();
+    assert!(status.held);
+    assert_eq!(status.token, token);
+}
+
+#[tokio::test]
+async fn sim_reboot_waits_for_release_then_proceeds() {
+    let bus = PrivateBus::start().unwrap();
+    let sim = sim(&bus, Duration::from_secs(600)).await;
+    let cfg = config(&bus);
+    let token = cfg.token.clone();
+    let (handle, mut events) = ShutdownInhibitor::start(cfg);
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+
+    // As `systemctl reboot` does it: over D-Bus.
+    let logind = client(&bus).await;
+    logind.reboot().await.unwrap();
+    assert_eq!(
+        next_event(&mut events).await,
+        ShutdownEvent::Preparing {
+            budget: Duration::from_secs(600),
+            already_in_progress: false
+        }
+    );
+    assert!(logind.preparing_for_shutdown().await.unwrap());
+    assert_eq!(handle.status().budget, Some(Duration::from_secs(600)));
+    // Our lock is held, so logind is still waiting.
+    assert!(sim.shutdown_records().is_empty());
+
+    handle.release().await.unwrap();
+    let records = sim.wait_for_shutdowns(1).await;
+    assert_eq!(records[0].action, "reboot");
+    assert_eq!(records[0].waited_for, vec!["maintd".to_string()]);
+    assert!(
+        !records[0].timed_out,
+        "shutdown proceeded because of the release"
+    );
+    assert_eq!(count_ours(&logind, &token).await, 0);
+    assert!(!handle.status().held);
+}
+
+#[tokio::test]
+async fn sim_budget_runs_out_while_lock_still_held() {
+    let bus = PrivateBus::start().unwrap();
+    let sim = sim(&bus, Duration::from_millis(50)).await;
+    let (handle, mut events) = ShutdownInhibitor::start(config(&bus));
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+
+    sim.reboot().await;
+    let records = sim.wait_for_shutdowns(1).await;
+    assert!(records[0].timed_out, "logind does not wait past its budget");
+    assert!(handle.status().held, "the fd was never closed");
+}
+
+/// Not a test on its own: `sim_killed_agent_releases_the_shutdown_at_once`
+/// runs this binary again with MAINTD_TEST_CHILD_BUS set, so this body
+/// becomes an agent process holding the lock until it is killed.
+#[tokio::test]
+async fn helper_agent_process() {
+    let Ok(address) = std::env::var("MAINTD_TEST_CHILD_BUS") else {
+        return;
+    };
+    let mut cfg = maintd::inhibitor::InhibitorConfig::new("node-a");
+    cfg.bus = maintd::logind::BusAddress::Address(address);
+    cfg.token = std::env::var("MAINTD_TEST_CHILD_TOKEN").unwrap();
+    let (_handle, mut events) = ShutdownInhibitor::start(cfg);
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    println!("LOCK_HELD");
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+}
+
+#[tokio::test]
+async fn sim_killed_agent_releases_the_shutdown_at_once() {
+    let bus = PrivateBus::start().unwrap();
+    let sim = sim(&bus, Duration::from_secs(600)).await;
+    let token = format!("{:016x}", rand::random::<u64>());
+    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args(["helper_agent_process", "--exact", "--nocapture"])
+        .args(["--test-threads=1"])
+        .env("MAINTD_TEST_CHILD_BUS", &bus.address)
+        .env("MAINTD_TEST_CHILD_TOKEN", &token)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("LOCK_HELD") {
+                return;
+            }
+        }
+        panic!("agent process exited before taking the lock");
+    };
+    tokio::time::timeout(PATIENCE, ready).await.unwrap();
+    let held = sim.inhibitors();
+    assert_eq!(held.len(), 1);
+    assert!(held[0].why.contains(&token));
+    assert_eq!(Some(held[0].pid), child.id(), "logind sees the agent's pid");
+
+    sim.reboot().await;
+    assert!(sim.shutdown_records().is_empty(), "waits for the agent");
+    // kill -9: no cleanup code runs; the kernel closes the fd.
+    child.start_kill().unwrap();
+    let records = sim.wait_for_shutdowns(1).await;
+    assert_eq!(records[0].waited_for, vec!["maintd".to_string()]);
+    assert!(
+        !records[0].timed_out,
+        "proceeded on the fd closing, not the budget"
+    );
+    assert!(sim.inhibitors().is_empty());
+}
+
+#[tokio::test]
+async fn sim_restart_keeping_state_leaves_exactly_one_lock() {
+    let bus = PrivateBus::start().unwrap();
+    let sim = sim(&bus, Duration::from_secs(600)).await;
+    let cfg = config(&bus);
+    let token = cfg.token.clone();
+    let (handle, mut events) = ShutdownInhibitor::start(cfg);
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+
+    sim.restart(RestartMode::KeepState).await.unwrap();
+    assert!(matches!(
+        next_event(&mut events).await,
+        ShutdownEvent::LockLost { .. }
+    ));
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    let logind = client(&bus).await;
+    assert_eq!(count_ours(&logind, &token).await, 1);
+    assert_eq!(
+        sim.locks_granted(),
+        1,
+        "the restored lock was kept, not re-taken"
+    );
+    assert!(handle.status().held);
+
+    // The surviving lock is the one our fd holds: releasing clears it.
+    handle.release().await.unwrap();
+    eventually("restored lock released", || async {
+        count_ours(&logind, &token).await == 0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sim_restart_losing_state_retakes_exactly_one_lock() {
+    let bus = PrivateBus::start().unwrap();
+    let sim = sim(&bus, Duration::from_secs(600)).await;
+    let cfg = config(&bus);
+    let token = cfg.token.clone();
+    let (handle, mut events) = ShutdownInhibitor::start(cfg);
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+
+    sim.restart(RestartMode::LoseState).await.unwrap();
+    assert!(matches!(
+        next_event(&mut events).await,
+        ShutdownEvent::LockLost { .. }
+    ));
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    let logind = client(&bus).await;
+    assert_eq!(count_ours(&logind, &token).await, 1);
+    assert_eq!(sim.locks_granted(), 2, "re-taken once");
+
+    // And the new lock still delays a reboot.
+    logind.reboot().await.unwrap();
+    event_matching(&mut events, |e| {
+        matches!(e, ShutdownEvent::Preparing { .. })
+    })
+    .await;
+    assert!(sim.shutdown_records().is_empty());
+    handle.release().await.unwrap();
+    assert!(!sim.wait_for_shutdowns(1).await[0].timed_out);
+}
+
+#[tokio::test]
+async fn sim_cancel_reacquires_lock_and_kubelet_is_reported() {
+    let bus = PrivateBus::start().unwrap();
+    let sim = sim(&bus, Duration::from_secs(600)).await;
+    let logind = client(&bus).await;
+    let _kubelet = logind
+        .inhibit("shutdown", "kubelet", KUBELET_WHY, "delay")
+        .await
+        .unwrap();
+    let cfg = config(&bus);
+    let token = cfg.token.clone();
+    let (handle, mut events) = ShutdownInhibitor::start(cfg);
+    assert_eq!(
+        next_event(&mut events).await,
+        ShutdownEvent::CompetingInhibitor {
+            who: "kubelet".into(),
+            why: KUBELET_WHY.into()
+        }
+    );
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    assert_eq!(handle.status().competing.len(), 1);
+
+    logind.reboot().await.unwrap();
+    event_matching(&mut events, |e| {
+        matches!(e, ShutdownEvent::Preparing { .. })
+    })
+    .await;
+    handle.release().await.unwrap();
+    // The kubelet's lock still holds the shutdown, so it can be cancelled.
+    assert!(sim.cancel_shutdown().await);
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::Cancelled);
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    eventually("exactly one lock of ours after cancel", || async {
+        count_ours(&logind, &token).await == 1
+    })
+    .await;
+    assert!(sim.shutdown_records().is_empty());
+    let status = handle.status();
+    assert!(status.held && !status.preparing);
+}
+
+#[tokio::test]
+async fn sim_shutdown_already_in_progress_at_start() {
+    let bus = PrivateBus::start().unwrap();
+    let sim = sim(&bus, Duration::from_secs(600)).await;
+    let logind = client(&bus).await;
+    let _kubelet = logind
+        .inhibit("shutdown", "kubelet", KUBELET_WHY, "delay")
+        .await
+        .unwrap();
+    sim.reboot().await;
+
+    let cfg = config(&bus);
+    let conservative = cfg.in_progress_budget;
+    let (handle, mut events) = ShutdownInhibitor::start(cfg);
+    match next_event(&mut events).await {
+        ShutdownEvent::Preparing {
+            budget,
+            already_in_progress: true,
+        } => assert!(budget <= conservative),
+        other => panic!("expected Preparing first, got {other:?}"),
+    }
+    // logind refuses new delay locks once the shutdown is under way.
+    event_matching(&mut events, |e| matches!(e, ShutdownEvent::LockLost { .. })).await;
+    let status = handle.status();
+    assert!(!status.held && status.preparing);
+    assert!(
+        status
+            .last_error
+            .unwrap_or_default()
+            .contains("OperationInProgress")
+    );
+}
+
+#[tokio::test]
+async fn sim_bus_restart_reports_lost_then_reconnects_with_one_lock() {
+    let mut bus = PrivateBus::start().unwrap();
+    let _sim = sim(&bus, Duration::from_secs(600)).await;
+    let cfg = config(&bus);
+    let token = cfg.token.clone();
+    let (handle, mut events) = ShutdownInhibitor::start(cfg);
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+
+    bus.restart().unwrap();
+    assert!(matches!(
+        next_event(&mut events).await,
+        ShutdownEvent::LockLost { .. }
+    ));
+    assert!(handle.status().last_error.is_some());
+    // A new logind on the new bus; the agent finds it by itself.
+    let _sim2 = sim(&bus, Duration::from_secs(600)).await;
+    event_matching(&mut events, |e| *e == ShutdownEvent::LockHeld).await;
+    assert_eq!(count_ours(&client(&bus).await, &token).await, 1);
+}
+
+#[tokio::test]
+async fn sim_restart_losing_state_mid_shutdown_counts_as_cancel() {
+    let bus = PrivateBus::start().unwrap();
+    let sim = sim(&bus, Duration::from_secs(600)).await;
+    let logind = client(&bus).await;
+    let _kubelet = logind
+        .inhibit("shutdown", "kubelet", KUBELET_WHY, "delay")
+        .await
+        .unwrap();
+    let cfg = config(&bus);
+    let token = cfg.token.clone();
+    let (handle, mut events) = ShutdownInhibitor::start(cfg);
+    event_matching(&mut events, |e| *e == ShutdownEvent::LockHeld).await;
+    sim.reboot().await;
+    event_matching(&mut events, |e| {
+        matches!(e, ShutdownEvent::Preparing { .. })
+    })
+    .await;
+    handle.release().await.unwrap();
+
+    // The new logind knows of no shutdown: ours is over, take the lock again.
+    sim.restart(RestartMode::LoseState).await.unwrap();
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::Cancelled);
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    assert_eq!(count_ours(&logind, &token).await, 1);
+    assert!(!handle.status().preparing);
+}
