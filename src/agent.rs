@@ -224,7 +224,7 @@ impl Agent {
         let mut backoff = crate::index::Backoff::with(500, 10_000);
         while self.drainer.undo().await.is_err() {
             tokio::select! {
-                _ = tokio::time::sleep(backoff.next()) => {}
+                _ = tokio::time::sleep(backoff.next_delay()) => {}
                 _ = stop.cancelled() => return,
             }
         }

@@ -140,7 +140,7 @@ impl ClusterOps {
             match self.client.request::<Value>(req).await {
                 Ok(_) => return Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    tokio::time::sleep(backoff.next()).await;
+                    tokio::time::sleep(backoff.next_delay()).await;
                 }
                 Err(e) => return Err(self.node_err(format!("patching the node: {e}"))),
             }

@@ -173,7 +173,7 @@ impl Index {
                 Err(e) => {
                     self.set_error(format!("listing {}: {e}", target.path));
                     tracing::warn!(path = %target.path, error = %e, "list failed; retrying");
-                    if sleep_or_stop(backoff.next(), &stop).await {
+                    if sleep_or_stop(backoff.next_delay(), &stop).await {
                         return;
                     }
                     continue 'relist;
@@ -199,7 +199,7 @@ impl Index {
                     Ok(s) => s.boxed(),
                     Err(e) => {
                         self.set_error(format!("watching {}: {e}", target.path));
-                        if sleep_or_stop(backoff.next(), &stop).await {
+                        if sleep_or_stop(backoff.next_delay(), &stop).await {
                             return;
                         }
                         continue 'relist;
@@ -214,7 +214,7 @@ impl Index {
                         Ok(Some(WatchEvent::Error(e))) if e.code == 410 => continue 'relist,
                         Ok(Some(WatchEvent::Error(e))) => {
                             self.set_error(format!("watch of {}: {}", target.path, e.message));
-                            if sleep_or_stop(backoff.next(), &stop).await {
+                            if sleep_or_stop(backoff.next_delay(), &stop).await {
                                 return;
                             }
                             continue 'relist;
@@ -307,7 +307,7 @@ impl Backoff {
 
     /// The next delay: grows ×2 up to the cap, with ±25 % jitter so many
     /// agents do not retry in step.
-    pub fn next(&mut self) -> Duration {
+    pub fn next_delay(&mut self) -> Duration {
         let d = self.next_ms;
         self.next_ms = (self.next_ms * 2).min(self.cap_ms);
         let jitter = rand::random_range(0.75..1.25);

@@ -295,11 +295,11 @@ async fn daemonset_pods_do_not_come_back_and_undo_keeps_an_admins_cordon() {
         "maintd's taint is gone"
     );
     assert!(
-        node.metadata
+        !node
+            .metadata
             .annotations
             .unwrap_or_default()
-            .get("maintd.io/cordoned")
-            .is_none()
+            .contains_key("maintd.io/cordoned")
     );
     agent.stop().await;
 }

@@ -230,7 +230,7 @@ impl Drainer {
                     ev.message = e.to_string();
                     self.progress.emit(ev);
                     tokio::select! {
-                        _ = tokio::time::sleep(backoff.next()) => {}
+                        _ = tokio::time::sleep(backoff.next_delay()) => {}
                         _ = cancel.cancelled() => return false,
                     }
                 }
@@ -385,23 +385,11 @@ impl Drainer {
         let blockers: Vec<Blocker> = b
             .state
             .iter()
-            .filter_map(|(uid, (state, why))| {
-                (*state == PodState::Blocked).then(|| {
-                    let pod = self.pods.get(uid);
-                    Blocker {
-                        namespace: pod
-                            .as_ref()
-                            .and_then(|p| p["metadata"]["namespace"].as_str())
-                            .unwrap_or("")
-                            .to_string(),
-                        pod: pod
-                            .as_ref()
-                            .and_then(|p| p["metadata"]["name"].as_str())
-                            .unwrap_or("")
-                            .to_string(),
-                        reason: why.clone().unwrap_or_default(),
-                    }
-                })
+            .filter(|(_, (state, _))| *state == PodState::Blocked)
+            .map(|(uid, (_, why))| {
+                let pod = self.pods.get(uid);
+                let field = |f: &str| pod.as_ref().and_then(|p| p["metadata"][f].as_str()).unwrap_or("").to_string();
+                Blocker { namespace: field("namespace"), pod: field("name"), reason: why.clone().unwrap_or_default() }
             })
             .filter(|b| !b.pod.is_empty())
             .collect();
@@ -573,7 +561,7 @@ impl Drainer {
                     p.emit(event(kind, blocker.clone()));
                     last_blocker = Some(blocker);
                 }
-                let wait = backoff.next();
+                let wait = backoff.next_delay();
                 let pods = self.pods.clone();
                 let uid = pod.uid.clone();
                 // A budget in this namespace that allows a disruption again

@@ -188,7 +188,7 @@ fn merge_list(
                 let kept: Vec<Value> = items
                     .iter()
                     .filter(|i| i.get("$patch").is_none())
-                    .map(|i| strip(i))
+                    .map(strip)
                     .collect();
                 return Ok(Value::Array(kept));
             }
