@@ -388,8 +388,17 @@ impl Drainer {
             .filter(|(_, (state, _))| *state == PodState::Blocked)
             .map(|(uid, (_, why))| {
                 let pod = self.pods.get(uid);
-                let field = |f: &str| pod.as_ref().and_then(|p| p["metadata"][f].as_str()).unwrap_or("").to_string();
-                Blocker { namespace: field("namespace"), pod: field("name"), reason: why.clone().unwrap_or_default() }
+                let field = |f: &str| {
+                    pod.as_ref()
+                        .and_then(|p| p["metadata"][f].as_str())
+                        .unwrap_or("")
+                        .to_string()
+                };
+                Blocker {
+                    namespace: field("namespace"),
+                    pod: field("name"),
+                    reason: why.clone().unwrap_or_default(),
+                }
             })
             .filter(|b| !b.pod.is_empty())
             .collect();
