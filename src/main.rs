@@ -49,6 +49,14 @@ enum Command {
         #[arg(long, default_value_t = 90)]
         timeout_seconds: u64,
     },
+    /// Put static pod manifests that maintd stashed back into the kubelet's
+    /// directory (for a boot-time unit ordered before kubelet.service).
+    RestoreStaticPods {
+        #[arg(long, env = "MAINTD_STATIC_POD_DIR", default_value = "/etc/kubernetes/manifests")]
+        static_pod_dir: PathBuf,
+        #[arg(long, env = "MAINTD_STATIC_POD_STASH")]
+        static_pod_stash: Option<PathBuf>,
+    },
     /// Print the drain plan for a node without acting: its stages, their pods,
     /// and what is skipped and why.
     Plan {
@@ -162,6 +170,29 @@ async fn main() -> anyhow::Result<()> {
                 maintd::demo::Style::Human
             };
             maintd::demo::run(style, std::time::Duration::from_secs(timeout_seconds)).await?;
+            Ok(())
+        }
+        Command::RestoreStaticPods {
+            static_pod_dir,
+            static_pod_stash,
+        } => {
+            let stash = maintd::drain::static_pods::StaticPodStash::new(static_pod_dir, static_pod_stash);
+            let report = stash.restore().context("restoring static pod manifests")?;
+            if let Some(r) = &report.recovered {
+                println!("finished {r}");
+            }
+            for f in &report.restored {
+                println!("restored {}", stash.manifest_dir.join(f).display());
+            }
+            for f in &report.conflicts {
+                println!(
+                    "kept both: a manifest of that name was already back; the stashed copy is {}",
+                    stash.stash_dir.join(f).display()
+                );
+            }
+            if report.restored.is_empty() && report.conflicts.is_empty() {
+                println!("nothing to restore");
+            }
             Ok(())
         }
         Command::Plan {

@@ -1,0 +1,102 @@
+//! The agent as a real process, killed (SIGKILL, no cleanup) at several
+//! points of a drain and started again: the drain completes, no static pod
+//! manifest is lost, and the node carries maintd's taint once.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use common::*;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use maintd::sim::SimCluster;
+
+fn spawn_agent(kubeconfig: &Path, static_dir: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_maintd"))
+        .args(["run", "--node", "node-a", "--listen", "", "--listen-local", ""])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--static-pod-dir")
+        .arg(static_dir)
+        .env("MAINTD_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the maintd binary starts")
+}
+
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().is_file() && !e.file_name().to_string_lossy().starts_with('.'))
+                .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+fn evictions(sim: &SimCluster) -> usize {
+    sim.state.audit.entries().iter().filter(|e| e.verb == "evict" && e.code == 201).count()
+}
+
+async fn drain_taints(client: &kube::Client) -> usize {
+    let node = Api::<Node>::all(client.clone()).get("node-a").await.unwrap();
+    node.spec.unwrap().taints.unwrap_or_default().iter().filter(|t| t.key == "maintd.io/draining").count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_killed_mid_drain_resumes_and_loses_no_manifest() {
+    let sim = scenario("realistic.yaml").await;
+    let client = sim.client();
+    let dir = sim.static_pod_dir("node-a").unwrap();
+    let stash = dir.with_file_name("node-a.maintd-stash");
+    let original = files(&dir);
+    assert_eq!(original.len(), 3);
+    let kubeconfig = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(kubeconfig.path(), sim.kubeconfig()).unwrap();
+
+    taint(&client, "node-a", "maintd.io/drain", Some("reboot")).await;
+    // Kill points: early in the ordinary pods, deep into them, and while
+    // static manifests are being moved.
+    let mut agent = spawn_agent(kubeconfig.path(), &dir);
+    for target in [3usize, 60] {
+        eventually(&format!("{target} evictions"), || async { evictions(&sim) >= target }).await;
+        agent.kill().unwrap();
+        agent.wait().unwrap();
+        agent = spawn_agent(kubeconfig.path(), &dir);
+    }
+    eventually("a static manifest left the kubelet's directory", || async { files(&dir).len() < 3 }).await;
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+    // Whatever moment it died at, every manifest is whole in one place.
+    let mut both: Vec<_> = files(&dir);
+    both.extend(files(&stash));
+    both.sort();
+    assert_eq!(both, original, "no manifest lost or damaged by the kill");
+
+    let mut agent = spawn_agent(kubeconfig.path(), &dir);
+    eventually("node-a drained", || async {
+        let left = pods_on(&client, "node-a").await;
+        left.iter().all(|p| p.metadata.name.as_deref().unwrap_or("").starts_with("kube-proxy-"))
+    })
+    .await;
+    assert!(files(&dir).is_empty());
+    assert_eq!(files(&stash), original, "all three manifests wait in the stash");
+    assert_eq!(drain_taints(&client).await, 1, "maintd's taint is on the node once");
+
+    // The maintenance ends while the agent is down; it undoes on start.
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+    taint(&client, "node-a", "maintd.io/drain", None).await;
+    let mut agent = spawn_agent(kubeconfig.path(), &dir);
+    eventually("the manifests are back", || async { files(&dir) == original }).await;
+    eventually("maintd's taint is gone", || async { drain_taints(&client).await == 0 }).await;
+    let node = Api::<Node>::all(client.clone()).get("node-a").await.unwrap();
+    assert_ne!(node.spec.unwrap().unschedulable, Some(true), "uncordoned: maintd cordoned it");
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+}
