@@ -52,7 +52,11 @@ enum Command {
     /// Put static pod manifests that maintd stashed back into the kubelet's
     /// directory (for a boot-time unit ordered before kubelet.service).
     RestoreStaticPods {
-        #[arg(long, env = "MAINTD_STATIC_POD_DIR", default_value = "/etc/kubernetes/manifests")]
+        #[arg(
+            long,
+            env = "MAINTD_STATIC_POD_DIR",
+            default_value = "/etc/kubernetes/manifests"
+        )]
         static_pod_dir: PathBuf,
         #[arg(long, env = "MAINTD_STATIC_POD_STASH")]
         static_pod_stash: Option<PathBuf>,
@@ -176,7 +180,8 @@ async fn main() -> anyhow::Result<()> {
             static_pod_dir,
             static_pod_stash,
         } => {
-            let stash = maintd::drain::static_pods::StaticPodStash::new(static_pod_dir, static_pod_stash);
+            let stash =
+                maintd::drain::static_pods::StaticPodStash::new(static_pod_dir, static_pod_stash);
             let report = stash.restore().context("restoring static pod manifests")?;
             if let Some(r) = &report.recovered {
                 println!("finished {r}");

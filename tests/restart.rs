@@ -14,7 +14,15 @@ use maintd::sim::SimCluster;
 
 fn spawn_agent(kubeconfig: &Path, static_dir: &Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_maintd"))
-        .args(["run", "--node", "node-a", "--listen", "", "--listen-local", ""])
+        .args([
+            "run",
+            "--node",
+            "node-a",
+            "--listen",
+            "",
+            "--listen-local",
+            "",
+        ])
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .arg("--static-pod-dir")
@@ -31,7 +39,12 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .map(|d| {
             d.flatten()
                 .filter(|e| e.path().is_file() && !e.file_name().to_string_lossy().starts_with('.'))
-                .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+                .map(|e| {
+                    (
+                        e.file_name().to_string_lossy().into_owned(),
+                        std::fs::read(e.path()).unwrap(),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -40,12 +53,26 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
 }
 
 fn evictions(sim: &SimCluster) -> usize {
-    sim.state.audit.entries().iter().filter(|e| e.verb == "evict" && e.code == 201).count()
+    sim.state
+        .audit
+        .entries()
+        .iter()
+        .filter(|e| e.verb == "evict" && e.code == 201)
+        .count()
 }
 
 async fn drain_taints(client: &kube::Client) -> usize {
-    let node = Api::<Node>::all(client.clone()).get("node-a").await.unwrap();
-    node.spec.unwrap().taints.unwrap_or_default().iter().filter(|t| t.key == "maintd.io/draining").count()
+    let node = Api::<Node>::all(client.clone())
+        .get("node-a")
+        .await
+        .unwrap();
+    node.spec
+        .unwrap()
+        .taints
+        .unwrap_or_default()
+        .iter()
+        .filter(|t| t.key == "maintd.io/draining")
+        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,12 +91,18 @@ async fn an_agent_killed_mid_drain_resumes_and_loses_no_manifest() {
     // static manifests are being moved.
     let mut agent = spawn_agent(kubeconfig.path(), &dir);
     for target in [3usize, 60] {
-        eventually(&format!("{target} evictions"), || async { evictions(&sim) >= target }).await;
+        eventually(&format!("{target} evictions"), || async {
+            evictions(&sim) >= target
+        })
+        .await;
         agent.kill().unwrap();
         agent.wait().unwrap();
         agent = spawn_agent(kubeconfig.path(), &dir);
     }
-    eventually("a static manifest left the kubelet's directory", || async { files(&dir).len() < 3 }).await;
+    eventually("a static manifest left the kubelet's directory", || async {
+        files(&dir).len() < 3
+    })
+    .await;
     agent.kill().unwrap();
     agent.wait().unwrap();
     // Whatever moment it died at, every manifest is whole in one place.
@@ -81,22 +114,49 @@ async fn an_agent_killed_mid_drain_resumes_and_loses_no_manifest() {
     let mut agent = spawn_agent(kubeconfig.path(), &dir);
     eventually("node-a drained", || async {
         let left = pods_on(&client, "node-a").await;
-        left.iter().all(|p| p.metadata.name.as_deref().unwrap_or("").starts_with("kube-proxy-"))
+        left.iter().all(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("kube-proxy-")
+        })
     })
     .await;
     assert!(files(&dir).is_empty());
-    assert_eq!(files(&stash), original, "all three manifests wait in the stash");
-    assert_eq!(drain_taints(&client).await, 1, "maintd's taint is on the node once");
+    assert_eq!(
+        files(&stash),
+        original,
+        "all three manifests wait in the stash"
+    );
+    assert_eq!(
+        drain_taints(&client).await,
+        1,
+        "maintd's taint is on the node once"
+    );
 
     // The maintenance ends while the agent is down; it undoes on start.
     agent.kill().unwrap();
     agent.wait().unwrap();
     taint(&client, "node-a", "maintd.io/drain", None).await;
     let mut agent = spawn_agent(kubeconfig.path(), &dir);
-    eventually("the manifests are back", || async { files(&dir) == original }).await;
-    eventually("maintd's taint is gone", || async { drain_taints(&client).await == 0 }).await;
-    let node = Api::<Node>::all(client.clone()).get("node-a").await.unwrap();
-    assert_ne!(node.spec.unwrap().unschedulable, Some(true), "uncordoned: maintd cordoned it");
+    eventually("the manifests are back", || async {
+        files(&dir) == original
+    })
+    .await;
+    eventually("maintd's taint is gone", || async {
+        drain_taints(&client).await == 0
+    })
+    .await;
+    let node = Api::<Node>::all(client.clone())
+        .get("node-a")
+        .await
+        .unwrap();
+    assert_ne!(
+        node.spec.unwrap().unschedulable,
+        Some(true),
+        "uncordoned: maintd cordoned it"
+    );
     agent.kill().unwrap();
     agent.wait().unwrap();
 }

@@ -474,11 +474,13 @@ fn commit(
             &now_time(),
         );
     }
+    // A deletion waiting only on finalizers finishes when the last one goes;
+    // for a pod, only once its kubelet is done with it (grace 0).
     let finished = meta::is_terminating(&new)
         && new["metadata"]["finalizers"]
             .as_array()
             .is_none_or(|f| f.is_empty())
-        && gr != Gr::pods();
+        && (gr != Gr::pods() || new["metadata"]["deletionGracePeriodSeconds"].as_i64() == Some(0));
     let (ns, name) = (
         meta::namespace(&new).to_string(),
         meta::name(&new).to_string(),
