@@ -15,12 +15,23 @@ use crate::drain::plan::PlanOptions;
 use crate::drain::progress::{EventKind, Progress};
 use crate::drain::static_pods::StaticPodStash;
 use crate::index::{Index, WatchTarget};
+use crate::inhibitor::{InhibitWhat, InhibitorConfig, InhibitorStatus, ShutdownEvent};
+use crate::logind::BusAddress;
+use crate::trigger::shutdown::{ActiveShutdown, ShutdownTrigger};
 use crate::trigger::{self, Desired};
 
 pub struct Agent {
     pub config: Config,
     pub drainer: Drainer,
     pub node: Index,
+}
+
+/// What woke the agent's loop.
+enum Wake {
+    Node,
+    Logind(ShutdownEvent),
+    Drained,
+    Deadline,
 }
 
 struct Running {
@@ -69,13 +80,18 @@ impl Agent {
             on_timeout: self.config.on_stage_timeout,
             cordon: true,
             evict: desired.evict,
-            deadline: None,
+            deadline: desired.deadline,
         }
     }
 
     /// What the triggers want now.
-    fn desired(&self) -> Desired {
+    fn desired(&self, shutdown: Option<ActiveShutdown>) -> Desired {
         let mut d = Desired::default();
+        if let Some(sd) = shutdown {
+            d.sources.push("shutdown".into());
+            d.evict = true;
+            d.deadline = Some(sd.deadline);
+        }
         if let Some(node) = self.node.by_name(&self.config.node)
             && let Some(t) = trigger::taint::find(&node, &self.config.drain_taints)
         {
@@ -136,20 +152,30 @@ impl Agent {
             _ = stop.cancelled() => return,
         }
         tracing::info!(node = %self.config.node, "watching the node and its pods");
-        self.start_endpoints(&stop).await;
+        let mut shutdown = self.config.shutdown.as_ref().map(|st| {
+            let mut cfg = InhibitorConfig::new(&self.config.node);
+            if let Some(bus) = &st.bus {
+                cfg.bus = BusAddress::Address(bus.clone());
+            }
+            if st.sleep {
+                cfg.what = InhibitWhat::ShutdownSleep;
+            }
+            ShutdownTrigger::start(cfg, st.margin)
+        });
+        self.start_endpoints(&stop, shutdown.as_ref().map(ShutdownTrigger::watch_status))
+            .await;
         let mut running: Option<Running> = None;
         let mut node_changes = self.node.changes();
+        let mut progress = self.progress().subscribe();
         let mut warned_value: Option<String> = None;
         loop {
-            let desired = self.desired();
+            let desired = self.desired(shutdown.as_ref().and_then(ShutdownTrigger::active));
             if let Some(node) = self.node.by_name(&self.config.node)
                 && let Some(t) = trigger::taint::find(&node, &self.config.drain_taints)
                 && let Some(w) = t.odd_value_warning()
                 && warned_value.as_deref() != Some(w.as_str())
             {
-                let mut ev = self.progress().event(EventKind::Warning);
-                ev.message = w.clone();
-                self.progress().emit(ev);
+                self.warn(w.clone());
                 warned_value = Some(w);
             }
             match (&running, desired.active()) {
@@ -182,8 +208,27 @@ impl Agent {
                     }
                 }
             }
-            tokio::select! {
-                r = node_changes.changed() => if r.is_err() { return },
+            let deadline = shutdown
+                .as_ref()
+                .and_then(ShutdownTrigger::release_deadline);
+            let wake = tokio::select! {
+                r = node_changes.changed() => if r.is_err() { return } else { Wake::Node },
+                ev = async {
+                    match shutdown.as_mut() {
+                        Some(s) => s.next().await,
+                        None => std::future::pending().await,
+                    }
+                } => Wake::Logind(ev),
+                ev = progress.recv() => match ev {
+                    Ok(ev) if ev.event == EventKind::DrainCompleted => Wake::Drained,
+                    _ => Wake::Node,
+                },
+                _ = async {
+                    match deadline {
+                        Some(d) => tokio::time::sleep_until(d).await,
+                        None => std::future::pending().await,
+                    }
+                } => Wake::Deadline,
                 _ = stop.cancelled() => {
                     if let Some(r) = running.take() {
                         r.cancel.cancel();
@@ -191,13 +236,105 @@ impl Agent {
                     }
                     return;
                 }
+            };
+            let Some(sd) = shutdown.as_mut() else {
+                continue;
+            };
+            match wake {
+                Wake::Logind(ev) => self.on_logind(sd, &ev),
+                Wake::Drained => self.release(sd, "the node is drained").await,
+                Wake::Deadline => {
+                    let left = self.progress().status().pods_remaining;
+                    self.warn(format!("the shutdown budget is nearly spent with {left} pods left; releasing the lock so the shutdown is not held past logind's limit"));
+                    self.release(sd, "the drain's share of the shutdown budget ran out")
+                        .await;
+                }
+                Wake::Node => {}
             }
+        }
+    }
+
+    fn warn(&self, message: String) {
+        let mut ev = self.progress().event(EventKind::Warning);
+        ev.message = message;
+        self.progress().emit(ev);
+    }
+
+    /// What logind told us, as progress events; a shutdown's budget is
+    /// compared with what the node's pods need.
+    fn on_logind(&self, sd: &mut ShutdownTrigger, ev: &ShutdownEvent) {
+        sd.on_event(ev);
+        let p = self.progress();
+        let mut out = p.event(EventKind::Warning);
+        match ev {
+            ShutdownEvent::Preparing {
+                budget,
+                already_in_progress,
+            } => {
+                out.event = EventKind::ShutdownPreparing;
+                out.message = format!(
+                    "logind announced a shutdown{}; draining within {:.1}s of its {:.1}s delay budget",
+                    if *already_in_progress {
+                        " (already under way at start)"
+                    } else {
+                        ""
+                    },
+                    sd.active()
+                        .map(|a| a
+                            .deadline
+                            .saturating_duration_since(tokio::time::Instant::now())
+                            .as_secs_f64())
+                        .unwrap_or(0.0),
+                    budget.as_secs_f64()
+                );
+                p.emit(out);
+                let plan = self.drainer.plan(&self.options(&Desired::default()));
+                let need: i64 = plan.stages.iter().map(|s| s.slowest_grace_seconds()).sum();
+                if need as f64 > budget.as_secs_f64() {
+                    self.warn(format!("logind's delay budget ({:.0}s) is shorter than the {need}s the pods' grace periods add up to over the drain's stages; raise InhibitDelayMaxSec (see systemd/) or the slowest stages will be cut short", budget.as_secs_f64()));
+                }
+            }
+            ShutdownEvent::Cancelled => {
+                out.event = EventKind::ShutdownCancelled;
+                out.message = "the shutdown was cancelled; the lock is taken again".into();
+                p.emit(out);
+            }
+            ShutdownEvent::LockHeld => tracing::info!("holding logind's shutdown delay lock"),
+            ShutdownEvent::LockLost { reason } => {
+                out.message = format!(
+                    "logind's shutdown lock is lost ({reason}); a shutdown now would not wait for the drain"
+                );
+                p.emit(out);
+            }
+            ShutdownEvent::CompetingInhibitor { who, why } => {
+                out.message = format!(
+                    "another shutdown delay lock is held by {who:?} ({why}): the kubelet's graceful node shutdown kills pods in parallel with maintd's drain; set the kubelet's shutdownGracePeriod to 0 or below maintd's margin (see README)"
+                );
+                p.emit(out);
+            }
+            _ => {}
+        }
+    }
+
+    async fn release(&self, sd: &mut ShutdownTrigger, why: &str) {
+        match sd.release().await {
+            Ok(true) => {
+                let mut ev = self.progress().event(EventKind::ShutdownReleased);
+                ev.message = format!("released logind's shutdown lock: {why}");
+                self.progress().emit(ev);
+            }
+            Ok(false) => {}
+            Err(e) => self.warn(format!("releasing logind's shutdown lock: {e}")),
         }
     }
 
     /// Starts the HTTP listeners; a listener that cannot bind is reported
     /// and the agent goes on without it.
-    async fn start_endpoints(&self, stop: &CancellationToken) {
+    async fn start_endpoints(
+        &self,
+        stop: &CancellationToken,
+        inhibitor: Option<tokio::sync::watch::Receiver<InhibitorStatus>>,
+    ) {
         for (addr, local) in [
             (self.config.listen, false),
             (self.config.listen_local, true),
@@ -211,6 +348,7 @@ impl Agent {
                         progress: self.drainer.progress.clone(),
                         pods: self.drainer.pods.clone(),
                         node_index: self.node.clone(),
+                        inhibitor: inhibitor.clone(),
                         local,
                     };
                     tokio::spawn(crate::http::serve(ep, l, stop.clone()));

@@ -51,6 +51,20 @@ pub struct AgentArgs {
     /// the host network only. Empty to turn it off.
     #[arg(long, env = "MAINTD_LISTEN_LOCAL", default_value = "127.0.0.1:9478")]
     pub listen_local: String,
+    /// Hold a logind delay lock and drain before the node shuts down.
+    #[arg(long, env = "MAINTD_INHIBIT_SHUTDOWN", default_value_t = true, action = clap::ArgAction::Set)]
+    pub inhibit_shutdown: bool,
+    /// Also delay suspend (sleep) with the lock.
+    #[arg(long)]
+    pub inhibit_sleep: bool,
+    /// Release the lock this long before logind's delay budget runs out (at
+    /// most a quarter of the budget).
+    #[arg(long, default_value_t = 5.0)]
+    pub shutdown_margin_seconds: f64,
+    /// The D-Bus address of logind's bus; default: the system bus
+    /// (DBUS_SYSTEM_BUS_ADDRESS, or /run/dbus/system_bus_socket).
+    #[arg(long, env = "MAINTD_LOGIND_BUS")]
+    pub logind_bus: Option<String>,
 }
 
 /// The validated settings of one agent.
@@ -66,6 +80,17 @@ pub struct Config {
     pub on_stage_timeout: TimeoutPolicy,
     pub listen: Option<std::net::SocketAddr>,
     pub listen_local: Option<std::net::SocketAddr>,
+    /// Hold a shutdown delay lock (None: don't).
+    pub shutdown: Option<ShutdownSettings>,
+}
+
+/// How the agent holds logind's shutdown lock.
+#[derive(Debug, Clone)]
+pub struct ShutdownSettings {
+    pub sleep: bool,
+    pub margin: Duration,
+    /// None for the system bus.
+    pub bus: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -131,7 +156,19 @@ impl AgentArgs {
                 ),
             });
         }
+        if !self.shutdown_margin_seconds.is_finite() || self.shutdown_margin_seconds < 0.0 {
+            return Err(ConfigError::Invalid {
+                name: "--shutdown-margin-seconds",
+                why: "must be a non-negative number of seconds".into(),
+            });
+        }
+        let shutdown = self.inhibit_shutdown.then(|| ShutdownSettings {
+            sleep: self.inhibit_sleep,
+            margin: Duration::from_secs_f64(self.shutdown_margin_seconds),
+            bus: self.logind_bus.clone(),
+        });
         Ok(Config {
+            shutdown,
             listen,
             listen_local,
             node,
@@ -161,6 +198,7 @@ impl Config {
             on_stage_timeout: TimeoutPolicy::Wait,
             listen: None,
             listen_local: None,
+            shutdown: None,
         }
     }
 }

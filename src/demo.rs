@@ -97,13 +97,31 @@ pub async fn run(style: Style, limit: Duration) -> Result<(), DemoError> {
     }
 }
 
-/// Puts the drain taint on the node, or takes it off, as `kubectl taint` does.
+/// Puts the drain taint on the node, or takes it off, as `kubectl taint`
+/// does: read the node, send the whole new taint list.
 async fn set_drain_taint(client: &kube::Client, on: bool) -> Result<(), DemoError> {
-    let patch = if on {
-        json!({"spec": {"taints": [{"key": "maintd.io/drain", "value": "demo", "effect": "NoSchedule"}]}})
+    let get = Request::get(format!("/api/v1/nodes/{NODE}"))
+        .body(Vec::new())
+        .map_err(kube::Error::HttpError)?;
+    let node: Value = client.request(get).await?;
+    let mut taints: Vec<Value> = node["spec"]["taints"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter(|t| t["key"] != "maintd.io/drain")
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    if on {
+        taints.push(json!({"key": "maintd.io/drain", "value": "demo", "effect": "NoSchedule"}));
+    }
+    let list = if taints.is_empty() {
+        Value::Null
     } else {
-        json!({"spec": {"taints": [{"$patch": "delete", "key": "maintd.io/drain"}]}})
+        Value::Array(taints)
     };
+    let patch = json!({"spec": {"taints": list}});
     let req = Request::patch(format!("/api/v1/nodes/{NODE}?fieldManager=kubectl-taint"))
         .header("content-type", "application/strategic-merge-patch+json")
         .body(serde_json::to_vec(&patch).unwrap_or_default())

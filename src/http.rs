@@ -26,6 +26,8 @@ pub struct Endpoint {
     pub progress: Progress,
     pub pods: Index,
     pub node_index: Index,
+    /// The shutdown lock, when the agent holds one.
+    pub inhibitor: Option<tokio::sync::watch::Receiver<crate::inhibitor::InhibitorStatus>>,
     /// Whether this listener may change state (local listener only).
     pub local: bool,
 }
@@ -57,6 +59,7 @@ impl Endpoint {
             "node": self.node,
             "version": env!("CARGO_PKG_VERSION"),
             "drain": st,
+            "inhibitor": self.inhibitor.as_ref().map(|i| i.borrow().clone()),
             "watches": {"pods_synced": self.pods.synced(), "node_synced": self.node_index.synced()},
         })
     }
@@ -72,12 +75,16 @@ impl Endpoint {
         match (&parts.method, parts.uri.path()) {
             (&Method::GET, "/healthz") => respond(StatusCode::OK, json!({"ok": true})),
             (&Method::GET, "/readyz") => {
-                if self.pods.synced() && self.node_index.synced() {
+                let lock_ok = self
+                    .inhibitor
+                    .as_ref()
+                    .is_none_or(|i| i.borrow().held || i.borrow().preparing);
+                if self.pods.synced() && self.node_index.synced() && lock_ok {
                     respond(StatusCode::OK, json!({"ready": true}))
                 } else {
                     respond(
                         StatusCode::SERVICE_UNAVAILABLE,
-                        json!({"ready": false, "why": "watches not synced yet"}),
+                        json!({"ready": false, "why": "watches not synced yet, or the shutdown lock is not held"}),
                     )
                 }
             }

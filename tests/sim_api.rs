@@ -191,17 +191,21 @@ async fn every_patch_type_applies() {
         )
         .await
         .unwrap();
-    // Strategic merge patch, as `kubectl taint` sends it.
-    let add = json!({"spec": {"taints": [{"key": "a", "value": "1", "effect": "NoSchedule"}]}});
-    nodes
-        .patch("n1", &PatchParams::default(), &Patch::Strategic(add))
-        .await
-        .unwrap();
-    let add2 = json!({"spec": {"$setElementOrder/taints": [{"effect": "NoSchedule", "key": "a"}, {"effect": "NoExecute", "key": "b"}], "taints": [{"effect": "NoExecute", "key": "b"}]}});
-    nodes
-        .patch("n1", &PatchParams::default(), &Patch::Strategic(add2))
-        .await
-        .unwrap();
+    // Strategic merge patch, as `kubectl taint` sends it: the whole list
+    // (taints are atomic), and null for the last one removed.
+    for taints in [
+        json!([{"key": "a", "value": "1", "effect": "NoSchedule"}]),
+        json!([{"key": "a", "value": "1", "effect": "NoSchedule"}, {"key": "b", "effect": "NoExecute"}]),
+    ] {
+        nodes
+            .patch(
+                "n1",
+                &PatchParams::default(),
+                &Patch::Strategic(json!({"spec": {"taints": taints}})),
+            )
+            .await
+            .unwrap();
+    }
     let n = nodes.get("n1").await.unwrap();
     let keys: Vec<_> = n
         .spec
@@ -211,12 +215,25 @@ async fn every_patch_type_applies() {
         .into_iter()
         .map(|t| t.key)
         .collect();
-    assert_eq!(keys, ["a", "b"], "a strategic merge keeps existing taints");
-    let remove = json!({"spec": {"$setElementOrder/taints": [{"effect": "NoExecute", "key": "b"}], "taints": [{"$patch": "delete", "key": "a"}]}});
+    assert_eq!(keys, ["a", "b"]);
     nodes
-        .patch("n1", &PatchParams::default(), &Patch::Strategic(remove))
+        .patch(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"taints": [{"key": "b", "effect": "NoExecute"}]}})),
+        )
         .await
         .unwrap();
+    // A merge-key directive in an atomic list is refused, as by the apiserver.
+    let directive = json!({"spec": {"taints": [{"$patch": "delete", "key": "b"}]}});
+    let err = nodes
+        .patch("n1", &PatchParams::default(), &Patch::Strategic(directive))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 422),
+        "{err:?}"
+    );
     // JSON patch, with a test that holds and one that fails (422).
     let ops: json_patch::Patch = serde_json::from_value(json!([
         {"op": "test", "path": "/metadata/labels/zone", "value": "a"},

@@ -50,6 +50,9 @@ pub enum EventKind {
     NodeUnmarked,
     StaticPodsRestored,
     UndoCompleted,
+    ShutdownPreparing,
+    ShutdownCancelled,
+    ShutdownReleased,
     Warning,
 }
 

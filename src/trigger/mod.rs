@@ -1,6 +1,7 @@
 //! Triggers: everything that can ask for this node to be drained. Each one
 //! becomes the same request to the drain engine.
 
+pub mod shutdown;
 pub mod taint;
 
 use crate::drain::plan::PlanEntry;
@@ -14,6 +15,8 @@ pub struct Desired {
     pub evict: bool,
     /// The plan entries to use; None for the default plan.
     pub entries: Option<Vec<PlanEntry>>,
+    /// A shutdown is waiting: everything must be done by then.
+    pub deadline: Option<tokio::time::Instant>,
 }
 
 impl Desired {

@@ -118,18 +118,32 @@ pub async fn scenario(name: &str) -> SimCluster {
 }
 
 /// Puts a taint on a node, or (value None) removes every taint with that
-/// key, the way `kubectl taint` does (strategic merge).
+/// key, the way `kubectl taint` does: it reads the node and sends the whole
+/// new list (taints are an atomic list).
 pub async fn taint(client: &kube::Client, node: &str, key: &str, value: Option<&str>) {
     let nodes: Api<Node> = Api::all(client.clone());
-    let patch = match value {
-        Some(v) => json!({"spec": {"taints": [{"key": key, "value": v, "effect": "NoSchedule"}]}}),
-        None => json!({"spec": {"taints": [{"$patch": "delete", "key": key}]}}),
+    let current = nodes.get(node).await.expect("node");
+    let mut taints: Vec<Value> = current
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| serde_json::to_value(t).unwrap())
+        .filter(|t| t["key"] != key)
+        .collect();
+    if let Some(v) = value {
+        taints.push(json!({"key": key, "value": v, "effect": "NoSchedule"}));
+    }
+    let list = if taints.is_empty() {
+        Value::Null
+    } else {
+        Value::Array(taints)
     };
     nodes
         .patch(
             node,
             &kube::api::PatchParams::default(),
-            &kube::api::Patch::Strategic(patch),
+            &kube::api::Patch::Strategic(json!({"spec": {"taints": list}})),
         )
         .await
         .expect("taint patch");

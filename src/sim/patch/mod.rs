@@ -1,52 +1,60 @@
-//! The four patch kinds of the Kubernetes API, on JSON objects: JSON merge
-//! patch (RFC 7386), JSON patch (RFC 6902), strategic merge patch (with the
-//! directives kubectl sends), and server-side apply with field ownership
-//! recorded in `metadata.managedFields`.
+//! Patch machinery of the simulated API server: the four PATCH content types
+//! Kubernetes accepts and the field ownership (`metadata.managedFields`) that
+//! server-side apply and every other write maintain.
+//!
+//! Everything here is pure: `serde_json::Value` in, `Value` out, no I/O, no
+//! clock (the caller passes `now`). The HTTP layer maps [`PatchError`] to a
+//! `Status`: `BadRequest` → 400, `Conflict` → 409 (reason `Conflict`, causes of
+//! type `FieldManagerConflict`), `Invalid` → 422.
+//!
+//! | content type                              | function                  |
+//! |-------------------------------------------|---------------------------|
+//! | `application/merge-patch+json`            | [`merge_patch`]           |
+//! | `application/json-patch+json`             | [`json_patch()`]          |
+//! | `application/strategic-merge-patch+json`  | [`strategic_merge_patch`] |
+//! | `application/apply-patch+yaml`            | [`apply`]                 |
+//!
+//! Kubernetes answers a strategic merge patch to a custom resource with 415
+//! Unsupported Media Type; the store should too (use [`ListSchema::from_openapi_v3`]
+//! for their apply and merge semantics, [`ListSchema::builtin`] for built-ins).
+//!
+//! After a non-apply write (create, update, the three patch types) the store
+//! calls [`record_update`] so the writer owns what it changed, as Kubernetes'
+//! field manager does for `Update` operations.
 
 mod apply;
+mod apply_merge;
+mod fieldset;
+mod json;
+mod managed;
 mod schema;
 mod strategic;
+#[cfg(test)]
+mod tests;
 
 pub use apply::{apply, record_update};
+pub use json::{json_patch, merge_patch};
 pub use schema::{ListKind, ListSchema};
 pub use strategic::strategic_merge_patch;
 
-use serde_json::Value;
-
-/// Why a patch could not be applied.
-#[derive(Debug, Clone, PartialEq)]
+/// Why a patch could not be applied; each variant is one HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PatchError {
-    /// 400: the patch itself is malformed.
+    /// 400: the patch document itself is malformed (wrong JSON shape, an
+    /// unknown `$patch` directive, a list element without its merge key).
+    #[error("bad patch: {0}")]
     BadRequest(String),
-    /// 409: a server-side apply conflicts with another manager's fields.
+    /// 409: server-side apply would change fields another manager owns.
+    /// `message` is Kubernetes' wording; `causes` are (field path, message)
+    /// pairs, e.g. (`.status.foo`, `conflict with "mgr"`).
+    #[error("{message}")]
     Conflict {
         message: String,
-        /// (field, message)
         causes: Vec<(String, String)>,
     },
-    /// 422: the patch is well-formed but cannot apply (a failed `test`).
+    /// 422: a well-formed patch that cannot apply to this object (a failed
+    /// JSON-patch `test`, a path that does not exist, a list whose items miss
+    /// their key fields).
+    #[error("invalid patch: {0}")]
     Invalid(String),
 }
-
-/// RFC 7386 JSON merge patch.
-pub fn merge_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
-    if !patch.is_object() {
-        return Err(PatchError::BadRequest(
-            "a merge patch must be a JSON object".into(),
-        ));
-    }
-    json_patch::merge(target, patch);
-    Ok(())
-}
-
-/// RFC 6902 JSON patch. A malformed patch is a 400; an operation that
-/// cannot apply (a failed `test`, a missing path) is a 422, as the
-/// apiserver answers.
-pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
-    let ops: json_patch::Patch = serde_json::from_value(patch.clone())
-        .map_err(|e| PatchError::BadRequest(format!("the JSON patch is malformed: {e}")))?;
-    json_patch::patch(target, &ops).map_err(|e| PatchError::Invalid(e.to_string()))
-}
-
-#[cfg(test)]
-mod tests;

@@ -1,115 +1,213 @@
-//! How each list field of a resource merges: by key (a list-map, Kubernetes'
-//! patchMergeKey / x-kubernetes-list-map-keys), as a set, or atomically.
-
-use std::collections::BTreeMap;
+//! How each list field of a resource merges: the part of a resource's schema
+//! that strategic merge patch (`patchStrategy`/`patchMergeKey`) and
+//! server-side apply (`x-kubernetes-list-type`/`-list-map-keys`) need.
 
 use serde_json::Value;
 
+/// How one list field merges.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ListKind {
-    /// Replaced whole.
+    /// Replaced whole by every write and owned whole by one manager. The
+    /// default for any list the schema does not name, as in Kubernetes.
     Atomic,
-    /// Merged by these keys.
+    /// A list of objects identified by these key fields. Strategic merge
+    /// patch merges by the first key (Kubernetes' `patchMergeKey`);
+    /// server-side apply identifies an item by all of them.
     Map(Vec<String>),
-    /// Merged as a set of scalars.
+    /// A list of scalars with set semantics (`x-kubernetes-list-type: set`,
+    /// or `patchStrategy: merge` without a merge key).
     Set,
 }
 
-/// List kinds by path of field names (list elements elided), e.g.
-/// `spec.taints` or `status.nodes`.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The list kinds of one resource, by field path with list elements elided
+/// (`["status", "nodes"]`). A `*` segment matches any key of a map
+/// (`additionalProperties`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListSchema {
-    lists: BTreeMap<String, ListKind>,
+    lists: Vec<(Vec<String>, ListKind)>,
+}
+
+/// Pod spec lists, relative to a pod spec (`spec` of a Pod,
+/// `spec.template.spec` of a workload), as `k8s.io/api` tags them.
+const POD_SPEC_LISTS: &[(&[&str], &[&str])] = &[
+    (&["containers"], &["name"]),
+    (&["initContainers"], &["name"]),
+    (&["ephemeralContainers"], &["name"]),
+    (&["volumes"], &["name"]),
+    (&["imagePullSecrets"], &["name"]),
+    (&["hostAliases"], &["ip"]),
+    (&["schedulingGates"], &["name"]),
+    (&["resourceClaims"], &["name"]),
+    (
+        &["topologySpreadConstraints"],
+        &["topologyKey", "whenUnsatisfiable"],
+    ),
+];
+
+/// Container lists, relative to one container.
+const CONTAINER_LISTS: &[(&str, &[&str])] = &[
+    ("env", &["name"]),
+    ("ports", &["containerPort"]),
+    ("volumeMounts", &["mountPath"]),
+    ("volumeDevices", &["devicePath"]),
+];
+
+impl ListSchema {
+    /// The list kinds Kubernetes declares for a built-in resource
+    /// (`group` is `""` for the core group). Every kind gets the metadata
+    /// lists; an unknown kind gets only those.
+    ///
+    /// Node `spec.taints` and Pod `spec.tolerations` are atomic, as in
+    /// Kubernetes (no patch merge key; k8s-openapi merges them atomically):
+    /// `kubectl taint` sends the whole new list, never `$patch: delete`.
+    pub fn builtin(group: &str, kind: &str) -> ListSchema {
+        let mut schema = ListSchema::default().with_metadata();
+        match (group, kind) {
+            ("", "Node") => {
+                schema = schema
+                    .with(&["spec", "taints"], ListKind::Atomic)
+                    .with(&["spec", "podCIDRs"], ListKind::Set)
+                    .with(&["status", "conditions"], map(&["type"]))
+                    .with(&["status", "addresses"], map(&["type"]));
+            }
+            ("", "Pod") => {
+                schema = schema
+                    .with_pod_spec(&["spec"])
+                    .with(&["status", "conditions"], map(&["type"]))
+                    .with(&["status", "podIPs"], map(&["ip"]))
+                    .with(&["status", "hostIPs"], map(&["ip"]));
+            }
+            ("apps", "DaemonSet" | "ReplicaSet" | "Deployment" | "StatefulSet") => {
+                schema = schema
+                    .with_pod_spec(&["spec", "template", "spec"])
+                    .with(&["status", "conditions"], map(&["type"]));
+            }
+            ("batch", "Job") => {
+                schema = schema
+                    .with_pod_spec(&["spec", "template", "spec"])
+                    .with(&["status", "conditions"], map(&["type"]));
+            }
+            ("policy", "PodDisruptionBudget") => {
+                schema = schema.with(&["status", "conditions"], map(&["type"]));
+            }
+            _ => {}
+        }
+        schema
+    }
+
+    /// Reads the list kinds from a CRD version's `openAPIV3Schema` (or the
+    /// `schema` object holding it): `x-kubernetes-list-type: map` with
+    /// `x-kubernetes-list-map-keys`, `set`, and `atomic` (also the default).
+    /// The metadata lists are added, since CRD schemas do not describe
+    /// metadata.
+    pub fn from_openapi_v3(schema: &Value) -> ListSchema {
+        let root = schema.get("openAPIV3Schema").unwrap_or(schema);
+        let mut out = ListSchema::default().with_metadata();
+        walk_openapi(root, &mut Vec::new(), &mut out);
+        out
+    }
+
+    /// This schema with `path` merging as `kind` (replacing an earlier entry).
+    pub fn with(mut self, path: &[&str], kind: ListKind) -> ListSchema {
+        self.lists.retain(|(p, _)| !same_path(p, path));
+        self.lists
+            .push((path.iter().map(|s| s.to_string()).collect(), kind));
+        self
+    }
+
+    /// How the list at `path` (field names, list elements elided) merges.
+    pub fn list_kind(&self, path: &[&str]) -> ListKind {
+        let exact = self.lists.iter().find(|(p, _)| same_path(p, path));
+        let pattern = || {
+            self.lists.iter().find(|(p, _)| {
+                p.len() == path.len() && p.iter().zip(path).all(|(a, b)| a == "*" || a == b)
+            })
+        };
+        exact
+            .or_else(pattern)
+            .map(|(_, kind)| kind.clone())
+            .unwrap_or(ListKind::Atomic)
+    }
+
+    fn with_metadata(self) -> ListSchema {
+        self.with(&["metadata", "ownerReferences"], map(&["uid"]))
+            .with(&["metadata", "finalizers"], ListKind::Set)
+    }
+
+    fn with_pod_spec(mut self, prefix: &[&str]) -> ListSchema {
+        let at = |rest: &[&str]| -> Vec<String> {
+            prefix.iter().chain(rest).map(|s| s.to_string()).collect()
+        };
+        for (rest, keys) in POD_SPEC_LISTS {
+            self.lists.push((at(rest), map(keys)));
+        }
+        self.lists.push((at(&["tolerations"]), ListKind::Atomic));
+        self.lists.push((at(&["readinessGates"]), ListKind::Atomic));
+        for containers in ["containers", "initContainers", "ephemeralContainers"] {
+            for (field, keys) in CONTAINER_LISTS {
+                self.lists.push((at(&[containers, field]), map(keys)));
+            }
+        }
+        self
+    }
 }
 
 fn map(keys: &[&str]) -> ListKind {
     ListKind::Map(keys.iter().map(|k| k.to_string()).collect())
 }
 
-impl ListSchema {
-    /// What Kubernetes' patch strategies say for the built-in kinds the
-    /// simulator serves.
-    pub fn builtin(group: &str, kind: &str) -> ListSchema {
-        let mut lists: BTreeMap<String, ListKind> = BTreeMap::new();
-        lists.insert("metadata.ownerReferences".into(), map(&["uid"]));
-        lists.insert("metadata.finalizers".into(), ListKind::Set);
-        let pod_spec = |prefix: &str, lists: &mut BTreeMap<String, ListKind>| {
-            for c in ["containers", "initContainers"] {
-                lists.insert(format!("{prefix}.{c}"), map(&["name"]));
-                lists.insert(format!("{prefix}.{c}.env"), map(&["name"]));
-                lists.insert(
-                    format!("{prefix}.{c}.ports"),
-                    map(&["containerPort", "protocol"]),
-                );
-                lists.insert(format!("{prefix}.{c}.volumeMounts"), map(&["mountPath"]));
-            }
-            lists.insert(format!("{prefix}.volumes"), map(&["name"]));
-            lists.insert(format!("{prefix}.imagePullSecrets"), map(&["name"]));
-        };
-        match (group, kind) {
-            ("", "Node") => {
-                lists.insert("spec.taints".into(), map(&["key", "effect"]));
-                lists.insert("status.conditions".into(), map(&["type"]));
-                lists.insert("status.addresses".into(), map(&["type"]));
-            }
-            ("", "Pod") => {
-                pod_spec("spec", &mut lists);
-                lists.insert("status.conditions".into(), map(&["type"]));
-            }
-            ("apps", "DaemonSet" | "ReplicaSet" | "Deployment") => {
-                pod_spec("spec.template.spec", &mut lists);
-                lists.insert("status.conditions".into(), map(&["type"]));
-            }
-            ("policy", "PodDisruptionBudget") => {
-                lists.insert("status.conditions".into(), map(&["type"]));
-            }
-            _ => {}
-        }
-        ListSchema { lists }
-    }
-
-    /// From a CRD's openAPIV3Schema: `x-kubernetes-list-type` map (with
-    /// `x-kubernetes-list-map-keys`), set or atomic; lists without a list
-    /// type are atomic, as for custom resources in Kubernetes.
-    pub fn from_openapi_v3(schema: &Value) -> ListSchema {
-        let mut s = Self::builtin("", "");
-        walk(schema, "", &mut s.lists);
-        s
-    }
-
-    /// How the list at `path` (field names joined with '.') merges.
-    pub fn list_kind(&self, path: &str) -> ListKind {
-        self.lists.get(path).cloned().unwrap_or(ListKind::Atomic)
-    }
+fn same_path(stored: &[String], path: &[&str]) -> bool {
+    stored.len() == path.len() && stored.iter().zip(path).all(|(a, b)| a == b)
 }
 
-fn walk(schema: &Value, path: &str, out: &mut BTreeMap<String, ListKind>) {
-    if let Some(props) = schema["properties"].as_object() {
+fn walk_openapi(node: &Value, path: &mut Vec<String>, out: &mut ListSchema) {
+    if let Some(props) = node.get("properties").and_then(Value::as_object) {
         for (name, sub) in props {
-            let p = if path.is_empty() {
-                name.clone()
-            } else {
-                format!("{path}.{name}")
-            };
-            walk(sub, &p, out);
+            path.push(name.clone());
+            walk_openapi(sub, path, out);
+            path.pop();
         }
     }
-    if schema["type"] == "array" {
-        let kind = match schema["x-kubernetes-list-type"].as_str() {
-            Some("map") => ListKind::Map(
-                schema["x-kubernetes-list-map-keys"]
-                    .as_array()
-                    .map(|ks| {
-                        ks.iter()
-                            .filter_map(|k| k.as_str().map(str::to_string))
+    if let Some(sub) = node.get("additionalProperties").filter(|v| v.is_object()) {
+        path.push("*".to_string());
+        walk_openapi(sub, path, out);
+        path.pop();
+    }
+    if let Some(items) = node.get("items") {
+        let kind = match node.get("x-kubernetes-list-type").and_then(Value::as_str) {
+            Some("set") => ListKind::Set,
+            Some("map") => {
+                let keys: Vec<String> = node
+                    .get("x-kubernetes-list-map-keys")
+                    .and_then(Value::as_array)
+                    .map(|keys| {
+                        keys.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_string)
                             .collect()
                     })
-                    .unwrap_or_default(),
-            ),
-            Some("set") => ListKind::Set,
+                    .unwrap_or_default();
+                // A map list without keys is rejected by CRD validation;
+                // treating it as atomic is the safe reading.
+                if keys.is_empty() {
+                    ListKind::Atomic
+                } else {
+                    ListKind::Map(keys)
+                }
+            }
             _ => ListKind::Atomic,
         };
-        out.insert(path.to_string(), kind);
-        walk(&schema["items"], path, out);
+        if kind != ListKind::Atomic {
+            out.lists.push((path.clone(), kind));
+        }
+        // List elements are elided from paths.
+        walk_openapi(items, path, out);
+    }
+    for combinator in ["allOf", "anyOf", "oneOf"] {
+        if let Some(subs) = node.get(combinator).and_then(Value::as_array) {
+            for sub in subs {
+                walk_openapi(sub, path, out);
+            }
+        }
     }
 }

@@ -1,0 +1,136 @@
+//! The shutdown trigger: maintd holds a logind delay lock on shutdown; when
+//! logind announces a shutdown (PrepareForShutdown(true)) the node is
+//! drained against logind's delay budget and the lock is released as soon
+//! as the drain is done — and always before the budget runs out, since
+//! logind goes ahead then anyway (fail open). A cancelled shutdown ends the
+//! trigger; the lock is taken again.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::inhibitor::{
+    InhibitorConfig, InhibitorHandle, InhibitorStatus, ShutdownEvent, ShutdownInhibitor,
+};
+
+/// How much of logind's budget the drain may use: the budget less a safety
+/// margin (at most a quarter of the budget), so the lock is released
+/// before logind stops waiting.
+pub fn drain_window(budget: Duration, margin: Duration) -> Duration {
+    budget.saturating_sub(margin.min(budget / 4))
+}
+
+/// A shutdown being waited for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActiveShutdown {
+    pub budget: Duration,
+    /// Release the lock by then at the latest.
+    pub deadline: Instant,
+}
+
+pub struct ShutdownTrigger {
+    handle: InhibitorHandle,
+    events: mpsc::Receiver<ShutdownEvent>,
+    margin: Duration,
+    active: Option<ActiveShutdown>,
+    released: bool,
+}
+
+impl ShutdownTrigger {
+    /// Starts holding the lock (its own task reconnects and re-takes it).
+    pub fn start(config: InhibitorConfig, margin: Duration) -> Self {
+        let (handle, events) = ShutdownInhibitor::start(config);
+        ShutdownTrigger {
+            handle,
+            events,
+            margin,
+            active: None,
+            released: false,
+        }
+    }
+
+    /// The next event from logind (pending forever once the inhibitor task
+    /// is gone).
+    pub async fn next(&mut self) -> ShutdownEvent {
+        match self.events.recv().await {
+            Some(ev) => ev,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Takes an event into account; returns whether the trigger changed.
+    pub fn on_event(&mut self, ev: &ShutdownEvent) -> bool {
+        match ev {
+            ShutdownEvent::Preparing { budget, .. } => {
+                if self.active.is_some() {
+                    return false;
+                }
+                self.released = false;
+                self.active = Some(ActiveShutdown {
+                    budget: *budget,
+                    deadline: Instant::now() + drain_window(*budget, self.margin),
+                });
+                true
+            }
+            ShutdownEvent::Cancelled => {
+                self.released = false;
+                self.active.take().is_some()
+            }
+            _ => false,
+        }
+    }
+
+    pub fn active(&self) -> Option<ActiveShutdown> {
+        self.active
+    }
+
+    /// The time by which the lock must be released, while it still is held
+    /// for a shutdown.
+    pub fn release_deadline(&self) -> Option<Instant> {
+        self.active.filter(|_| !self.released).map(|a| a.deadline)
+    }
+
+    /// Lets logind go ahead: closes the lock's fd. Once per shutdown.
+    pub async fn release(&mut self) -> Result<bool, String> {
+        if self.released || self.active.is_none() {
+            return Ok(false);
+        }
+        self.released = true;
+        self.handle
+            .release()
+            .await
+            .map(|_| true)
+            .map_err(|e| e.to_string())
+    }
+
+    pub fn status(&self) -> InhibitorStatus {
+        self.handle.status()
+    }
+
+    pub fn watch_status(&self) -> tokio::sync::watch::Receiver<InhibitorStatus> {
+        self.handle.watch_status()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_drain_window_leaves_a_margin_inside_the_budget() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        for (budget, margin, want) in [
+            (s(300), s(10), s(290)),
+            (s(30), s(10), ms(22_500)),
+            (s(5), s(2), ms(3_750)),
+            (s(0), s(2), s(0)),
+            (s(60), s(0), s(60)),
+        ] {
+            let w = drain_window(budget, margin);
+            assert_eq!(w, want, "budget {budget:?} margin {margin:?}");
+            assert!(w <= budget);
+        }
+    }
+}
