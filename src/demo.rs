@@ -39,7 +39,10 @@ pub enum Style {
     Json,
 }
 
-pub async fn run(style: Style, limit: Duration) -> Result<(), DemoError> {
+/// The demo's cluster, settled, and an agent config for the busy node.
+async fn start_cluster(
+    style: Style,
+) -> Result<(SimCluster, Config, std::path::PathBuf), DemoError> {
     let scenario =
         scenario::Scenario::from_yaml(REALISTIC).map_err(|e| DemoError::Sim(e.to_string()))?;
     let sim = SimCluster::start_with_scenario(SimConfig::default(), &scenario)
@@ -64,7 +67,92 @@ pub async fn run(style: Style, limit: Duration) -> Result<(), DemoError> {
             "node {NODE} carries 110 pods: ordinary pods at several priorities, 4 DaemonSets, 3 static pods."
         );
     }
-    let agent = Agent::new(Config::for_node(NODE, static_dir), sim.client_with(false));
+    Ok((sim, Config::for_node(NODE, static_dir), kubeconfig))
+}
+
+/// `maintd demo --shutdown`: a simulated logind on a private D-Bus; a
+/// `systemctl reboot` of the busy node waits for maintd's ordered drain.
+pub async fn run_shutdown(style: Style, limit: Duration) -> Result<(), DemoError> {
+    let budget = Duration::from_secs(60);
+    let bus = crate::sim::dbus::PrivateBus::start()
+        .map_err(|e| DemoError::Sim(format!("starting a private D-Bus (the shutdown demo needs dbus-daemon: apt-get install dbus): {e}")))?;
+    let logind = crate::sim::logind::SimLogind::start(
+        &bus.address,
+        crate::sim::logind::SimLogindConfig {
+            inhibit_delay_max: budget,
+        },
+    )
+    .await
+    .map_err(|e| DemoError::Sim(e.to_string()))?;
+    let (sim, mut config, kubeconfig) = start_cluster(style).await?;
+    config.shutdown = Some(crate::config::ShutdownSettings {
+        sleep: false,
+        margin: Duration::from_secs(5),
+        bus: Some(bus.address.clone()),
+    });
+    let agent = Agent::new(config, sim.client_with(false));
+    let progress = agent.progress().clone();
+    let mut events = progress.subscribe();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(agent.run(stop.clone()));
+    let result = tokio::time::timeout(limit, async {
+        while !logind.inhibitors().iter().any(|i| i.who == "maintd") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if style == Style::Human {
+            println!(
+                "logind: maintd holds a delay lock on shutdown; InhibitDelayMaxUSec is {}s",
+                budget.as_secs()
+            );
+            println!("\n$ systemctl reboot");
+        }
+        let started = std::time::Instant::now();
+        logind.reboot().await;
+        follow(&mut events, &progress, style, EventKind::ShutdownReleased).await;
+        let record = logind.wait_for_shutdowns(1).await.into_iter().next();
+        Ok::<_, DemoError>((record, started.elapsed()))
+    })
+    .await;
+    stop.cancel();
+    let _ = task.await;
+    let _ = std::fs::remove_file(&kubeconfig);
+    let (record, _elapsed) = match result {
+        Err(_) => {
+            return Err(DemoError::Timeout(
+                limit,
+                format!("{:?}", progress.status().phase),
+            ));
+        }
+        Ok(r) => r?,
+    };
+    let record = record.ok_or_else(|| DemoError::Check("logind recorded no shutdown".into()))?;
+    if style == Style::Json {
+        let line = json!({"t_ms": progress.event(EventKind::ShutdownReleased).t_ms, "event": "shutdown", "node": NODE, "action": record.action, "delayed_ms": record.delayed.as_millis() as u64, "budget_ms": budget.as_millis() as u64, "timed_out": record.timed_out, "waited_for": record.waited_for});
+        println!("{line}");
+    } else {
+        println!(
+            "\nlogind: {} proceeded after waiting {:.2}s of its {}s budget{}",
+            record.action,
+            record.delayed.as_secs_f64(),
+            budget.as_secs(),
+            if record.timed_out {
+                " (the budget ran out)"
+            } else {
+                ""
+            }
+        );
+    }
+    if record.timed_out || record.delayed > budget {
+        return Err(DemoError::Check(
+            "the shutdown was held to the end of logind's budget".into(),
+        ));
+    }
+    Ok(())
+}
+
+pub async fn run(style: Style, limit: Duration) -> Result<(), DemoError> {
+    let (sim, config, kubeconfig) = start_cluster(style).await?;
+    let agent = Agent::new(config, sim.client_with(false));
     let progress = agent.progress().clone();
     let mut events = progress.subscribe();
     let stop = CancellationToken::new();
@@ -196,6 +284,12 @@ fn print_event(ev: &DrainEvent, progress: &Progress, style: Style) {
         EventKind::NodeUnmarked => println!("{t:7.2}s  node: {}", ev.message),
         EventKind::StaticPodsRestored => println!("{t:7.2}s  static pods: {}", ev.message),
         EventKind::UndoCompleted => println!("{t:7.2}s  done: the node is back in service"),
+        EventKind::ShutdownPreparing => println!(
+            "{t:7.2}s  logind: PrepareForShutdown(true) — {}",
+            ev.message
+        ),
+        EventKind::ShutdownReleased => println!("{t:7.2}s  {}", ev.message),
+        EventKind::ShutdownCancelled => println!("{t:7.2}s  {}", ev.message),
         _ => {}
     }
 }

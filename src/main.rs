@@ -45,6 +45,10 @@ enum Command {
         /// One JSON object per event, for scripts.
         #[arg(long)]
         json: bool,
+        /// Simulate `systemctl reboot` of the node instead: logind waits on
+        /// maintd's shutdown lock while the node drains.
+        #[arg(long)]
+        shutdown: bool,
         /// Give up after this many seconds.
         #[arg(long, default_value_t = 90)]
         timeout_seconds: u64,
@@ -166,6 +170,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Demo {
             json,
+            shutdown,
             timeout_seconds,
         } => {
             let style = if json {
@@ -173,7 +178,12 @@ async fn main() -> anyhow::Result<()> {
             } else {
                 maintd::demo::Style::Human
             };
-            maintd::demo::run(style, std::time::Duration::from_secs(timeout_seconds)).await?;
+            let limit = std::time::Duration::from_secs(timeout_seconds);
+            if shutdown {
+                maintd::demo::run_shutdown(style, limit).await?;
+            } else {
+                maintd::demo::run(style, limit).await?;
+            }
             Ok(())
         }
         Command::RestoreStaticPods {

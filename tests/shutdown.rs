@@ -1,0 +1,208 @@
+//! A reboot of the node, as logind runs it: the agent holds a delay lock,
+//! drains in plan order when PrepareForShutdown(true) comes, and lets go
+//! when the node is drained — or, with a budget too small for the pods,
+//! escalates and lets go before logind's limit. A cancelled shutdown takes
+//! the lock again and undoes the drain.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use maintd::agent::Agent;
+use maintd::config::{Config, ShutdownSettings};
+use maintd::drain::progress::{DrainEvent, EventKind};
+use maintd::sim::SimCluster;
+use maintd::sim::dbus::PrivateBus;
+use maintd::sim::logind::{SimLogind, SimLogindConfig};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+struct Setup {
+    _bus: PrivateBus,
+    logind: SimLogind,
+    sim: SimCluster,
+    events: Arc<Mutex<Vec<DrainEvent>>>,
+    stop: CancellationToken,
+}
+
+async fn setup(budget: Duration, margin: Duration) -> Setup {
+    let bus = PrivateBus::start().expect("dbus-daemon starts (CI installs the dbus package)");
+    let logind = SimLogind::start(
+        &bus.address,
+        SimLogindConfig {
+            inhibit_delay_max: budget,
+        },
+    )
+    .await
+    .unwrap();
+    let sim = scenario("small.yaml").await;
+    let mut config = Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap());
+    config.shutdown = Some(ShutdownSettings {
+        sleep: false,
+        margin,
+        bus: Some(bus.address.clone()),
+    });
+    let agent = Agent::new(config, sim.client_with(false));
+    let events: Arc<Mutex<Vec<DrainEvent>>> = Arc::default();
+    let mut rx = agent.progress().subscribe();
+    let sink = events.clone();
+    tokio::spawn(async move {
+        while let Ok(ev) = rx.recv().await {
+            sink.lock().unwrap().push(ev);
+        }
+    });
+    let stop = CancellationToken::new();
+    tokio::spawn(agent.run(stop.clone()));
+    let l = logind.clone();
+    eventually("maintd holds its lock", || {
+        let held = l
+            .inhibitors()
+            .iter()
+            .any(|i| i.who == "maintd" && i.mode == "delay" && i.what.contains("shutdown"));
+        async move { held }
+    })
+    .await;
+    Setup {
+        _bus: bus,
+        logind,
+        sim,
+        events,
+        stop,
+    }
+}
+
+fn position(evs: &[DrainEvent], kind: EventKind) -> Option<usize> {
+    evs.iter().position(|e| e.event == kind)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reboot_waits_for_the_ordered_drain_then_proceeds() {
+    let s = setup(Duration::from_secs(60), Duration::from_secs(5)).await;
+    s.logind.reboot().await;
+    let record = tokio::time::timeout(Duration::from_secs(60), s.logind.wait_for_shutdowns(1))
+        .await
+        .expect("the reboot proceeds")[0]
+        .clone();
+    assert!(
+        !record.timed_out,
+        "released before logind's limit: {record:?}"
+    );
+    assert_eq!(record.waited_for, ["maintd"]);
+    let evs = s.events.lock().unwrap().clone();
+    let preparing = position(&evs, EventKind::ShutdownPreparing).expect("PrepareForShutdown seen");
+    let drained = position(&evs, EventKind::DrainCompleted).expect("drained");
+    let released = position(&evs, EventKind::ShutdownReleased).expect("released");
+    let evictions: Vec<usize> = evs
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.event == EventKind::PodEvicted)
+        .map(|(i, _)| i)
+        .collect();
+    assert!(!evictions.is_empty());
+    assert!(
+        evictions.iter().all(|i| *i > preparing && *i < drained),
+        "evictions happen between PrepareForShutdown and the end of the drain"
+    );
+    assert!(
+        released > drained,
+        "the lock goes only once the node is drained"
+    );
+    let left = pods_on(&s.sim.client(), "node-a").await;
+    let names: Vec<_> = left
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["pinned"],
+        "only the opted-out pod stays for the reboot"
+    );
+    s.stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_longer_than_the_budget_escalates_and_releases_in_time() {
+    let s = setup(Duration::from_secs(6), Duration::from_secs(1)).await;
+    // A pod that takes a minute to stop: far beyond the 6 s budget.
+    let mut slow = pod_json("default", "slow", "node-a", json!({}));
+    slow["metadata"]["annotations"] = json!({"sim.maintd.io/shutdown-seconds": "60"});
+    slow["spec"]["terminationGracePeriodSeconds"] = json!(60);
+    let (code, body) = raw(
+        &s.sim,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        "application/json",
+        serde_json::to_vec(&slow).unwrap(),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    s.sim.wait_settled(Duration::from_secs(30)).await.unwrap();
+    s.logind.reboot().await;
+    let record = tokio::time::timeout(Duration::from_secs(30), s.logind.wait_for_shutdowns(1))
+        .await
+        .expect("the reboot proceeds")[0]
+        .clone();
+    assert!(
+        !record.timed_out,
+        "the lock was released before logind gave up waiting: {record:?}"
+    );
+    assert!(record.delayed < Duration::from_secs(6));
+    let evs = s.events.lock().unwrap().clone();
+    assert!(
+        evs.iter()
+            .any(|e| e.event == EventKind::StageEscalated && e.pod.as_deref() == Some("slow")),
+        "the slow pod's stage was escalated"
+    );
+    assert!(position(&evs, EventKind::ShutdownReleased).is_some());
+    s.stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_shutdown_takes_the_lock_again_and_undoes_the_drain() {
+    let s = setup(Duration::from_secs(60), Duration::from_secs(5)).await;
+    s.logind.reboot().await;
+    let evs = s.events.clone();
+    eventually("the drain started", || {
+        let started = evs
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e.event == EventKind::NodeMarked);
+        async move { started }
+    })
+    .await;
+    assert!(s.logind.cancel_shutdown().await);
+    eventually("the drain is undone", || {
+        let done = evs
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e.event == EventKind::UndoCompleted);
+        async move { done }
+    })
+    .await;
+    let node = Api::<Node>::all(s.sim.client())
+        .get("node-a")
+        .await
+        .unwrap();
+    let spec = node.spec.unwrap();
+    assert_ne!(spec.unschedulable, Some(true), "uncordoned");
+    assert!(
+        spec.taints
+            .unwrap_or_default()
+            .iter()
+            .all(|t| t.key != "maintd.io/draining")
+    );
+    let l = s.logind.clone();
+    eventually("exactly one lock of maintd's again", || {
+        let n = l.inhibitors().iter().filter(|i| i.who == "maintd").count();
+        async move { n == 1 }
+    })
+    .await;
+    assert!(s.logind.shutdown_records().is_empty(), "nothing shut down");
+    s.stop.cancel();
+}
