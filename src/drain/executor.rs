@@ -439,6 +439,7 @@ impl Drainer {
         let p = &self.progress;
         let mut ev = p.event(EventKind::StaticPodsStashed);
         ev.stage = Some(number);
+        ev.pod_type = Some(PodType::Static);
         let Some(stash) = &self.stash else {
             ev.event = EventKind::Warning;
             ev.message = "static pods are on the node but no static pod directory is configured; they cannot be drained".into();
