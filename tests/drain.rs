@@ -309,13 +309,13 @@ async fn static_manifests_are_stashed_and_restored_byte_for_byte() {
     let sim = scenario("small.yaml").await;
     let client = sim.client();
     let dir = sim.static_pod_dir("node-a").unwrap();
-    let before: Vec<(String, Vec<u8>)> = read_dir(&dir);
+    let before: Vec<(String, Vec<u8>)> = dir_files(&dir);
     assert_eq!(before.len(), 1);
     let agent = RunningAgent::start(&sim, "node-a", None);
     taint(&client, "node-a", "maintd.io/drain", Some("x")).await;
     agent.wait_event(EventKind::DrainCompleted).await;
     assert!(
-        read_dir(&dir).is_empty(),
+        dir_files(&dir).is_empty(),
         "the manifest left the kubelet's directory"
     );
     assert!(
@@ -334,7 +334,7 @@ async fn static_manifests_are_stashed_and_restored_byte_for_byte() {
     taint(&client, "node-a", "maintd.io/drain", None).await;
     agent.wait_event(EventKind::UndoCompleted).await;
     assert_eq!(
-        read_dir(&dir),
+        dir_files(&dir),
         before,
         "the manifests are back, byte for byte"
     );
@@ -344,24 +344,6 @@ async fn static_manifests_are_stashed_and_restored_byte_for_byte() {
     })
     .await;
     agent.stop().await;
-}
-
-fn read_dir(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
-    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.flatten()
-                .filter(|e| e.path().is_file())
-                .map(|e| {
-                    (
-                        e.file_name().to_string_lossy().into_owned(),
-                        std::fs::read(e.path()).unwrap(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    out.sort();
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

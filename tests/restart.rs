@@ -34,24 +34,6 @@ fn spawn_agent(kubeconfig: &Path, static_dir: &Path) -> Child {
         .expect("the maintd binary starts")
 }
 
-fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut out: Vec<_> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.flatten()
-                .filter(|e| e.path().is_file() && !e.file_name().to_string_lossy().starts_with('.'))
-                .map(|e| {
-                    (
-                        e.file_name().to_string_lossy().into_owned(),
-                        std::fs::read(e.path()).unwrap(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    out.sort();
-    out
-}
-
 fn evictions(sim: &SimCluster) -> usize {
     sim.state
         .audit
@@ -81,7 +63,7 @@ async fn an_agent_killed_mid_drain_resumes_and_loses_no_manifest() {
     let client = sim.client();
     let dir = sim.static_pod_dir("node-a").unwrap();
     let stash = dir.with_file_name("node-a.maintd-stash");
-    let original = files(&dir);
+    let original = dir_files(&dir);
     assert_eq!(original.len(), 3);
     let kubeconfig = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(kubeconfig.path(), sim.kubeconfig()).unwrap();
@@ -100,14 +82,14 @@ async fn an_agent_killed_mid_drain_resumes_and_loses_no_manifest() {
         agent = spawn_agent(kubeconfig.path(), &dir);
     }
     eventually("a static manifest left the kubelet's directory", || async {
-        files(&dir).len() < 3
+        dir_files(&dir).len() < 3
     })
     .await;
     agent.kill().unwrap();
     agent.wait().unwrap();
     // Whatever moment it died at, every manifest is whole in one place.
-    let mut both: Vec<_> = files(&dir);
-    both.extend(files(&stash));
+    let mut both: Vec<_> = dir_files(&dir);
+    both.extend(dir_files(&stash));
     both.sort();
     assert_eq!(both, original, "no manifest lost or damaged by the kill");
 
@@ -123,9 +105,9 @@ async fn an_agent_killed_mid_drain_resumes_and_loses_no_manifest() {
         })
     })
     .await;
-    assert!(files(&dir).is_empty());
+    assert!(dir_files(&dir).is_empty());
     assert_eq!(
-        files(&stash),
+        dir_files(&stash),
         original,
         "all three manifests wait in the stash"
     );
@@ -141,7 +123,7 @@ async fn an_agent_killed_mid_drain_resumes_and_loses_no_manifest() {
     taint(&client, "node-a", "maintd.io/drain", None).await;
     let mut agent = spawn_agent(kubeconfig.path(), &dir);
     eventually("the manifests are back", || async {
-        files(&dir) == original
+        dir_files(&dir) == original
     })
     .await;
     eventually("maintd's taint is gone", || async {

@@ -18,7 +18,7 @@ use super::resources::Gr;
 use super::select::selector_object_matches;
 use super::state::SimState;
 use super::store::{EventType, StoreEvent};
-use super::verbs::{self, DeleteOptions, Part, PatchType, Writer};
+use super::verbs::{self, DeleteOptions, Part, PatchType, Writer, write_status};
 
 /// Places a ReplicaSet's first pods on this node (scenarios use it to load
 /// one node); replacements are scheduled normally.
@@ -270,22 +270,6 @@ fn create_pod(sim: &SimState, manager: &str, pod: Value) {
     if let Err(e) = verbs::create(sim, &def, Some(&ns), pod, &writer(manager), false) {
         tracing::debug!(error = %e.message, "{manager} could not create a pod");
     }
-}
-
-fn write_status(sim: &SimState, gr: &Gr, ns: &str, name: &str, manager: &str, status: Value) {
-    let Some(def) = sim.store().resource(gr) else {
-        return;
-    };
-    let _ = verbs::patch(
-        sim,
-        &def,
-        ns,
-        name,
-        Part::Status,
-        PatchType::Merge,
-        &json!({"status": status}),
-        &writer(manager),
-    );
 }
 
 fn daemonset(sim: &SimState, ns: &str, name: &str) {

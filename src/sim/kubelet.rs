@@ -17,7 +17,7 @@ use super::meta::{self, now_time};
 use super::resources::Gr;
 use super::state::SimState;
 use super::store::EventType;
-use super::verbs::{self, DeleteOptions, Part, PatchType, Writer};
+use super::verbs::{self, DeleteOptions, Writer};
 
 pub const STARTUP_ANNOTATION: &str = "sim.maintd.io/startup-seconds";
 pub const SHUTDOWN_ANNOTATION: &str = "sim.maintd.io/shutdown-seconds";
@@ -123,31 +123,7 @@ fn on_node(sim: &SimState, node: &Value) {
     if st["conditions"].as_array().is_none_or(|c| c.is_empty()) {
         status["conditions"] = json!([{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status", "lastHeartbeatTime": now_time(), "lastTransitionTime": now_time()}]);
     }
-    write_status(
-        sim,
-        &Gr::nodes(),
-        "",
-        meta::name(node),
-        json!({"status": status}),
-    );
-}
-
-fn write_status(sim: &SimState, gr: &Gr, ns: &str, name: &str, patch: Value) {
-    let Some(def) = sim.store().resource(gr) else {
-        return;
-    };
-    if let Err(e) = verbs::patch(
-        sim,
-        &def,
-        ns,
-        name,
-        Part::Status,
-        PatchType::Merge,
-        &patch,
-        &kubelet(),
-    ) {
-        tracing::debug!(%name, error = %e.message, "simulated kubelet could not write status");
-    }
+    verbs::write_status(sim, &Gr::nodes(), "", meta::name(node), "kubelet", status);
 }
 
 fn on_pod(sim: &Arc<SimState>, shared: &Shared, pod: &Value) {
@@ -225,7 +201,7 @@ fn on_pod(sim: &Arc<SimState>, shared: &Shared, pod: &Value) {
         .unwrap_or_default();
     let status = |ready: bool| {
         let r = if ready { "True" } else { "False" };
-        json!({"status": {
+        json!({
             "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "10.0.0.1", "startTime": now_time(),
             "conditions": [
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": now_time()},
@@ -234,9 +210,16 @@ fn on_pod(sim: &Arc<SimState>, shared: &Shared, pod: &Value) {
                 {"type": "Ready", "status": r, "lastTransitionTime": now_time()},
             ],
             "containerStatuses": containers,
-        }})
+        })
     };
-    write_status(sim, &Gr::pods(), &ns, &name, status(startup == 0.0));
+    verbs::write_status(
+        sim,
+        &Gr::pods(),
+        &ns,
+        &name,
+        "kubelet",
+        status(startup == 0.0),
+    );
     lock(shared).starting.remove(&uid);
     if startup > 0.0 {
         let sim = sim.clone();
@@ -248,7 +231,7 @@ fn on_pod(sim: &Arc<SimState>, shared: &Shared, pod: &Value) {
                 .get(&Gr::pods(), &ns, &name)
                 .is_some_and(|p| meta::uid(&p) == uid && !meta::is_terminating(&p));
             if same {
-                write_status(&sim, &Gr::pods(), &ns, &name, ready);
+                verbs::write_status(&sim, &Gr::pods(), &ns, &name, "kubelet", ready);
             }
         });
     }

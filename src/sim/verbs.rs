@@ -661,3 +661,28 @@ fn collect_dependents(store: &mut Store, owner_uid: &str) {
         }
     }
 }
+
+/// A merge patch of an object's status by a simulated component (kubelet,
+/// controllers), the way they write status through the API. A failure is
+/// logged: the component tries again on its next pass.
+pub fn write_status(sim: &SimState, gr: &Gr, ns: &str, name: &str, manager: &str, status: Value) {
+    let Some(def) = sim.store().resource(gr) else {
+        return;
+    };
+    let writer = Writer {
+        manager: manager.to_string(),
+        force: false,
+    };
+    if let Err(e) = patch(
+        sim,
+        &def,
+        ns,
+        name,
+        Part::Status,
+        PatchType::Merge,
+        &json!({"status": status}),
+        &writer,
+    ) {
+        tracing::debug!(%name, %manager, error = %e.message, "simulated component could not write status");
+    }
+}

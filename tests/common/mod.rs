@@ -173,3 +173,23 @@ pub fn owner_kind(p: &Pod) -> Option<String> {
         .find(|o| o.controller == Some(true))
         .map(|o| o.kind.clone())
 }
+
+/// The regular files of a directory (not dotfiles) with their bytes, sorted
+/// by name; empty if the directory is missing.
+pub fn dir_files(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().is_file() && !e.file_name().to_string_lossy().starts_with('.'))
+                .map(|e| {
+                    (
+                        e.file_name().to_string_lossy().into_owned(),
+                        std::fs::read(e.path()).unwrap(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
