@@ -578,15 +578,20 @@ impl Drainer {
                 // (a replacement became ready) is worth an early retry.
                 let budgets = self.budgets.clone();
                 let ns = pod.namespace.clone();
+                let named =
+                    blocking_budget(last_blocker.as_deref().unwrap_or("")).map(str::to_string);
+                // Only a change after this 429 counts: the budget's status may
+                // still show the disruption that was just used up.
+                let mut changes = budgets.changes();
+                changes.mark_unchanged();
                 let budget_allows = async move {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    let mut changes = budgets.changes();
                     loop {
                         if changes.changed().await.is_err() {
                             return std::future::pending().await;
                         }
                         let allows = budgets.all().iter().any(|b| {
                             b["metadata"]["namespace"] == ns.as_str()
+                                && named.as_deref().is_none_or(|n| b["metadata"]["name"] == n)
                                 && b["status"]["disruptionsAllowed"].as_i64().unwrap_or(0) > 0
                         });
                         if allows {
@@ -671,5 +676,33 @@ impl Drainer {
             p.emit(ev);
             Err(msg)
         }
+    }
+}
+
+/// The budget a 429 names ("The disruption budget web needs 2 healthy pods
+/// and has 2 currently"), so a blocked pod wakes only when that one allows
+/// a disruption again.
+fn blocking_budget(message: &str) -> Option<&str> {
+    message
+        .strip_prefix("The disruption budget ")?
+        .split(" needs ")
+        .next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::blocking_budget;
+
+    #[test]
+    fn the_blocking_budget_is_read_from_the_api_message() {
+        assert_eq!(
+            blocking_budget("The disruption budget web needs 2 healthy pods and has 2 currently"),
+            Some("web")
+        );
+        assert_eq!(
+            blocking_budget("admission webhook \"virt\" denied: VMI is migrating"),
+            None
+        );
+        assert_eq!(blocking_budget(""), None);
     }
 }
