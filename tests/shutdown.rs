@@ -75,6 +75,18 @@ async fn setup(budget: Duration, margin: Duration) -> Setup {
     }
 }
 
+/// Waits until the agent's event stream has caught up with `kind`: logind
+/// can record the shutdown before the agent has reported the release.
+async fn wait_event(events: &Arc<Mutex<Vec<DrainEvent>>>, kind: EventKind) -> Vec<DrainEvent> {
+    let evs = events.clone();
+    eventually(&format!("{kind:?}"), || {
+        let seen = evs.lock().unwrap().iter().any(|e| e.event == kind);
+        async move { seen }
+    })
+    .await;
+    events.lock().unwrap().clone()
+}
+
 fn position(evs: &[DrainEvent], kind: EventKind) -> Option<usize> {
     evs.iter().position(|e| e.event == kind)
 }
@@ -92,7 +104,7 @@ async fn a_reboot_waits_for_the_ordered_drain_then_proceeds() {
         "released before logind's limit: {record:?}"
     );
     assert_eq!(record.waited_for, ["maintd"]);
-    let evs = s.events.lock().unwrap().clone();
+    let evs = wait_event(&s.events, EventKind::ShutdownReleased).await;
     let preparing = position(&evs, EventKind::ShutdownPreparing).expect("PrepareForShutdown seen");
     let drained = position(&evs, EventKind::DrainCompleted).expect("drained");
     let released = position(&evs, EventKind::ShutdownReleased).expect("released");
@@ -151,7 +163,7 @@ async fn a_drain_longer_than_the_budget_escalates_and_releases_in_time() {
         "the lock was released before logind gave up waiting: {record:?}"
     );
     assert!(record.delayed < Duration::from_secs(6));
-    let evs = s.events.lock().unwrap().clone();
+    let evs = wait_event(&s.events, EventKind::ShutdownReleased).await;
     assert!(
         evs.iter()
             .any(|e| e.event == EventKind::StageEscalated && e.pod.as_deref() == Some("slow")),
