@@ -2,6 +2,7 @@
 pub mod agent;
 pub mod cluster;
 pub mod config;
+pub mod coordination;
 pub mod demo;
 pub mod drain;
 pub mod http;
