@@ -5,6 +5,7 @@ pub mod config;
 pub mod coordination;
 pub mod demo;
 pub mod drain;
+pub mod fleetlock;
 pub mod http;
 pub mod index;
 pub mod inhibitor;

@@ -70,6 +70,16 @@ impl SlotGuard {
     }
 }
 
+impl std::fmt::Debug for SlotGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotGuard")
+            .field("node", &self.node)
+            .field("slot", &self.slot)
+            .field("still_held", &self.still_held())
+            .finish()
+    }
+}
+
 impl Drop for SlotGuard {
     fn drop(&mut self) {
         self.renewing.cancel();
