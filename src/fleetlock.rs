@@ -294,18 +294,21 @@ impl<D: DrainControl> FleetLock<D> {
         }
     }
 
-    /// Resumes renewing a slot this node still holds (after an agent
-    /// restart mid-reboot), so it is not lost while Zincati finishes.
+    /// After an agent restart (the reboot FleetLock drained for), resumes
+    /// renewing the slot this node still holds in `group`, so the hold does
+    /// not lapse before Zincati's steady-state releases it. The groups come
+    /// from [`groups_held_by`](crate::coordination::groups_held_by).
+    /// Returns whether a slot was resumed.
     pub async fn resume(&self, group: &str) -> Result<bool, CoordinationError> {
         let slots = (self.slots_for)(group);
         if !slots.holders().await?.iter().any(|h| h.holder == self.node) {
             return Ok(false);
         }
         let mut held = self.held.lock().await;
-        if let Acquisition::Acquired(guard) = slots
+        let acquired = slots
             .acquire_with_renewal(&self.node, self.stop.clone())
-            .await?
-        {
+            .await?;
+        if let Acquisition::Acquired(guard) = acquired {
             *held = Some(guard);
             return Ok(true);
         }

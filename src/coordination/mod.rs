@@ -28,7 +28,7 @@ use std::time::Duration;
 pub use guard::SlotGuard;
 pub use lease::{GROUP_LABEL, slot_name};
 pub use quorum::{CONTROL_PLANE_LABEL, is_control_plane, is_ready, not_ready_peers, quorum_guard};
-pub use slots::RebootSlots;
+pub use slots::{RebootSlots, groups_held_by};
 
 /// The group every control-plane node uses, with one holder.
 pub const CONTROL_PLANE_GROUP: &str = "control-plane";

@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{ListParams, PostParams};
 
 use super::guard::SlotGuard;
 use super::lease::{self, SlotState};
@@ -305,4 +305,34 @@ impl RebootSlots {
             )
             .collect())
     }
+}
+
+/// The groups in which `node` holds an unexpired slot, from one LIST of the
+/// slot Leases in `namespace`: what an agent that restarted (say, across the
+/// reboot it drained for) must resume renewing.
+pub async fn groups_held_by(
+    client: kube::Client,
+    namespace: &str,
+    node: &str,
+) -> Result<Vec<String>, CoordinationError> {
+    let api: Api<Lease> = Api::namespaced(client, namespace);
+    let leases = api
+        .list(&ListParams::default().labels(lease::GROUP_LABEL))
+        .await
+        .map_err(|e| CoordinationError::Api {
+            lease: format!("{namespace}/maintd-reboot-*"),
+            message: format!("listing the reboot slots: {e}"),
+        })?;
+    let now = Timestamp::now();
+    let mut groups: Vec<String> = leases
+        .items
+        .iter()
+        .filter(|l| {
+            matches!(lease::slot_state(l, now), SlotState::Held { ref holder, expired: false } if holder == node)
+        })
+        .filter_map(|l| l.metadata.labels.as_ref()?.get(lease::GROUP_LABEL).cloned())
+        .collect();
+    groups.sort();
+    groups.dedup();
+    Ok(groups)
 }
