@@ -16,7 +16,6 @@
 //! drain and gives the slot back.
 
 use std::future::Future;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -315,9 +314,6 @@ impl<D: DrainControl> FleetLock<D> {
         Ok(false)
     }
 }
-
-/// How long a client should wait before retrying, for a Retry-After header.
-pub const RETRY_AFTER: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {

@@ -114,6 +114,24 @@ impl RebootSlots {
     /// second one. `Full` lists who holds the slots.
     pub async fn try_acquire(&self, node: &str) -> Result<Acquisition<String>, CoordinationError> {
         let _local = self.local.lock().await;
+        for _ in 0..5 {
+            if let Some(outcome) = self.acquire_once(node).await? {
+                return Ok(outcome);
+            }
+        }
+        Err(self.err(
+            &lease::slot_name(&self.group, 0),
+            "taking a slot",
+            "the slots kept changing under 5 attempts; will retry",
+        ))
+    }
+
+    /// One pass over the slots; None when this node's own slot changed
+    /// between read and renewal (e.g. its renewal task ran): read again.
+    async fn acquire_once(
+        &self,
+        node: &str,
+    ) -> Result<Option<Acquisition<String>>, CoordinationError> {
         let slots = self.read_all().await?;
         let now = Timestamp::now();
         for (name, lease) in &slots {
@@ -122,8 +140,15 @@ impl RebootSlots {
                 && holder == node
             {
                 // Ours even if it lapsed: nobody has taken it over yet.
-                self.write(name, lease::renewed(lease, now)).await?;
-                return Ok(Acquisition::Acquired(name.clone()));
+                return match self
+                    .api
+                    .replace(name, &PostParams::default(), &lease::renewed(lease, now))
+                    .await
+                {
+                    Ok(_) => Ok(Some(Acquisition::Acquired(name.clone()))),
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
+                    Err(e) => Err(self.err(name, "renewing the slot", e)),
+                };
             }
         }
         if self.control_plane
@@ -131,7 +156,7 @@ impl RebootSlots {
         {
             return match blocked {
                 CoordinationError::QuorumBlocked { not_ready } => {
-                    Ok(Acquisition::QuorumBlocked { not_ready })
+                    Ok(Some(Acquisition::QuorumBlocked { not_ready }))
                 }
                 other => Err(other),
             };
@@ -165,7 +190,7 @@ impl RebootSlots {
                 self.api.create(&PostParams::default(), &attempt).await
             };
             match result {
-                Ok(_) => return Ok(Acquisition::Acquired(name)),
+                Ok(_) => return Ok(Some(Acquisition::Acquired(name))),
                 // Someone else created or changed this slot first: it is
                 // theirs; try the next one.
                 Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -179,7 +204,7 @@ impl RebootSlots {
                 Err(e) => return Err(self.err(&name, "taking the slot", e)),
             }
         }
-        Ok(Acquisition::Full { holders })
+        Ok(Some(Acquisition::Full { holders }))
     }
 
     async fn read_slot(&self, name: &str) -> Result<(String, Option<Lease>), kube::Error> {
@@ -240,14 +265,6 @@ impl RebootSlots {
             "renewing the slot",
             "it kept changing under 5 attempts; will retry",
         ))
-    }
-
-    async fn write(&self, name: &str, lease: Lease) -> Result<(), CoordinationError> {
-        self.api
-            .replace(name, &PostParams::default(), &lease)
-            .await
-            .map(|_| ())
-            .map_err(|e| self.err(name, "renewing the slot", e))
     }
 
     /// Gives back every slot of this group `node` holds. Idempotent:
