@@ -128,7 +128,8 @@ async fn a_renewing_holder_keeps_its_slot_past_the_lease_duration() {
     assert!(b.try_acquire("node-b").await.unwrap().is_acquired());
 }
 
-#[tokio::test]
+// Two worker threads so the two acquirers really run at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_acquirers_for_one_slot_exactly_one_wins() {
     let sim = common::sim().await;
     let names = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(sim.client(), NS);
