@@ -2,8 +2,10 @@
 pub mod agent;
 pub mod cluster;
 pub mod config;
+pub mod coordination;
 pub mod demo;
 pub mod drain;
+pub mod fleetlock;
 pub mod http;
 pub mod index;
 pub mod inhibitor;

@@ -1,0 +1,114 @@
+//! A held slot that renews itself until it is released.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{CoordinationError, RebootSlots};
+
+/// A slot this node holds, renewed every third of the lease duration by a
+/// background task. [`release`](Self::release) gives it back; dropping the
+/// guard only stops the renewals, so the hold lapses after one lease
+/// duration — what happens when an agent dies holding a slot.
+pub struct SlotGuard {
+    slots: RebootSlots,
+    node: String,
+    slot: String,
+    renewing: CancellationToken,
+    lost: Arc<AtomicBool>,
+}
+
+impl SlotGuard {
+    pub(super) fn start(
+        slots: RebootSlots,
+        node: &str,
+        slot: String,
+        stop: CancellationToken,
+    ) -> Self {
+        let renewing = stop.child_token();
+        let lost = Arc::new(AtomicBool::new(false));
+        let period = (slots.lease_duration() / 3).max(Duration::from_millis(100));
+        tokio::spawn(renew_until_stopped(
+            slots.clone(),
+            node.to_string(),
+            slot.clone(),
+            period,
+            renewing.clone(),
+            lost.clone(),
+        ));
+        SlotGuard {
+            slots,
+            node: node.to_string(),
+            slot,
+            renewing,
+            lost,
+        }
+    }
+
+    /// The slot Lease's name.
+    pub fn slot(&self) -> &str {
+        &self.slot
+    }
+
+    /// The group of the slot.
+    pub fn group(&self) -> &str {
+        self.slots.group()
+    }
+
+    /// False once a renewal found the slot taken over or released: the node
+    /// no longer holds it and must not go on as if it did.
+    pub fn still_held(&self) -> bool {
+        !self.lost.load(Ordering::Relaxed)
+    }
+
+    /// Stops renewing and gives the slot back.
+    pub async fn release(self) -> Result<bool, CoordinationError> {
+        self.renewing.cancel();
+        self.slots.release(&self.node).await
+    }
+}
+
+impl std::fmt::Debug for SlotGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotGuard")
+            .field("node", &self.node)
+            .field("slot", &self.slot)
+            .field("still_held", &self.still_held())
+            .finish()
+    }
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        self.renewing.cancel();
+    }
+}
+
+async fn renew_until_stopped(
+    slots: RebootSlots,
+    node: String,
+    slot: String,
+    period: Duration,
+    stop: CancellationToken,
+    lost: Arc<AtomicBool>,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(period) => {}
+        }
+        match slots.renew(&node, &slot).await {
+            Ok(()) => {}
+            Err(e @ CoordinationError::Lost { .. }) => {
+                tracing::warn!(error = %e, "reboot slot lost; no longer renewing it");
+                lost.store(true, Ordering::Relaxed);
+                return;
+            }
+            // A failed renewal is retried at the next tick; the hold lasts
+            // three periods, so one miss does not lose it.
+            Err(e) => tracing::warn!(error = %e, "renewing the reboot slot failed; will retry"),
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! What a slot Lease says, decided without I/O: who holds it, whether that
+//! hold has expired, and the Lease bodies maintd writes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+
+/// Label on every slot Lease: the group it belongs to.
+pub const GROUP_LABEL: &str = "maintd.io/reboot-group";
+
+/// The Lease name of slot `index` of `group`: `maintd-reboot-<group>-<index>`.
+/// Lease names are DNS subdomains, so the group is lowercased and anything
+/// outside `[a-z0-9.-]` becomes `-`.
+pub fn slot_name(group: &str, index: u32) -> String {
+    let group: String = group
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("maintd-reboot-{group}-{index}")
+}
+
+/// Who a slot belongs to right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotState {
+    /// Nobody holds it (released, or never held).
+    Free,
+    /// `holder` holds it; `expired` when it stopped renewing in time.
+    Held { holder: String, expired: bool },
+}
+
+/// Reads a slot Lease at `now`. A hold without a renew (or acquire) time,
+/// or without a duration, counts as expired: nobody can prove it is alive.
+pub fn slot_state(lease: &Lease, now: Timestamp) -> SlotState {
+    let Some(spec) = &lease.spec else {
+        return SlotState::Free;
+    };
+    let holder = match spec.holder_identity.as_deref() {
+        Some(h) if !h.is_empty() => h.to_string(),
+        _ => return SlotState::Free,
+    };
+    let last = spec
+        .renew_time
+        .as_ref()
+        .or(spec.acquire_time.as_ref())
+        .map(|t| t.0);
+    let expired = match (last, spec.lease_duration_seconds) {
+        (Some(last), Some(secs)) if secs > 0 => {
+            last + SignedDuration::from_secs(i64::from(secs)) < now
+        }
+        _ => true,
+    };
+    SlotState::Held { holder, expired }
+}
+
+/// Lease duration in whole seconds, at least one, as the Lease field wants it.
+pub fn duration_seconds(d: Duration) -> i32 {
+    i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
+}
+
+/// A new slot Lease held by `holder` from `now`.
+pub fn new_held(
+    name: &str,
+    namespace: &str,
+    group: &str,
+    holder: &str,
+    duration: Duration,
+    now: Timestamp,
+) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(namespace.to_string()),
+            labels: Some(BTreeMap::from([(
+                GROUP_LABEL.to_string(),
+                label_value(group),
+            )])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(held_spec(None, holder, duration, now)),
+    }
+}
+
+/// `current` taken over by `holder` from `now` (a free or expired slot).
+/// The resourceVersion stays, so the write is conditional on nobody having
+/// changed the Lease since it was read.
+pub fn taken_over(current: &Lease, holder: &str, duration: Duration, now: Timestamp) -> Lease {
+    let mut lease = current.clone();
+    lease.spec = Some(held_spec(current.spec.as_ref(), holder, duration, now));
+    lease
+}
+
+/// `current` renewed at `now` (same holder; resourceVersion kept).
+pub fn renewed(current: &Lease, now: Timestamp) -> Lease {
+    let mut lease = current.clone();
+    let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+    spec.renew_time = Some(MicroTime(now));
+    lease
+}
+
+/// `current` with its holder cleared (resourceVersion kept).
+pub fn released(current: &Lease) -> Lease {
+    let mut lease = current.clone();
+    let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+    spec.holder_identity = None;
+    spec.acquire_time = None;
+    spec.renew_time = None;
+    lease
+}
+
+fn held_spec(
+    old: Option<&LeaseSpec>,
+    holder: &str,
+    duration: Duration,
+    now: Timestamp,
+) -> LeaseSpec {
+    LeaseSpec {
+        holder_identity: Some(holder.to_string()),
+        lease_duration_seconds: Some(duration_seconds(duration)),
+        acquire_time: Some(MicroTime(now)),
+        renew_time: Some(MicroTime(now)),
+        // Counts how often the slot changed hands, as leader election does.
+        lease_transitions: Some(old.and_then(|s| s.lease_transitions).unwrap_or(0) + 1),
+        ..LeaseSpec::default()
+    }
+}
+
+/// A label value is at most 63 characters of `[A-Za-z0-9._-]`.
+fn label_value(group: &str) -> String {
+    group
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        .take(63)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn lease(holder: Option<&str>, renew: Option<&str>, secs: Option<i32>) -> Lease {
+        Lease {
+            metadata: ObjectMeta::default(),
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(String::from),
+                renew_time: renew.map(|r| MicroTime(at(r))),
+                lease_duration_seconds: secs,
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn slot_states() {
+        let now = at("2026-01-01T00:01:00Z");
+        let held = |h: &str, expired| SlotState::Held {
+            holder: h.into(),
+            expired,
+        };
+        let cases = [
+            (lease(None, None, None), SlotState::Free),
+            (
+                lease(Some(""), Some("2026-01-01T00:00:59Z"), Some(10)),
+                SlotState::Free,
+            ),
+            (
+                lease(Some("a"), Some("2026-01-01T00:00:59Z"), Some(10)),
+                held("a", false),
+            ),
+            (
+                lease(Some("a"), Some("2026-01-01T00:00:50Z"), Some(10)),
+                held("a", false),
+            ),
+            (
+                lease(Some("a"), Some("2026-01-01T00:00:49Z"), Some(10)),
+                held("a", true),
+            ),
+            (lease(Some("a"), None, Some(10)), held("a", true)),
+            (
+                lease(Some("a"), Some("2026-01-01T00:00:59Z"), None),
+                held("a", true),
+            ),
+            (
+                lease(Some("a"), Some("2026-01-01T00:00:59Z"), Some(0)),
+                held("a", true),
+            ),
+        ];
+        for (i, (lease, want)) in cases.into_iter().enumerate() {
+            assert_eq!(slot_state(&lease, now), want, "case {i}");
+        }
+        assert_eq!(
+            slot_state(&Lease::default(), now),
+            SlotState::Free,
+            "no spec"
+        );
+    }
+
+    #[test]
+    fn names_are_valid_lease_names() {
+        assert_eq!(slot_name("default", 0), "maintd-reboot-default-0");
+        assert_eq!(slot_name("Workers.A", 2), "maintd-reboot-workers.a-2");
+        assert_eq!(slot_name("a_b", 1), "maintd-reboot-a-b-1");
+    }
+
+    #[test]
+    fn take_over_renew_release() {
+        let t0 = at("2026-01-01T00:00:00Z");
+        let d = Duration::from_secs(15);
+        let fresh = new_held("s", "ns", "g", "node-a", d, t0);
+        assert_eq!(
+            slot_state(&fresh, t0),
+            SlotState::Held {
+                holder: "node-a".into(),
+                expired: false
+            }
+        );
+        let late = at("2026-01-01T00:00:20Z");
+        assert!(matches!(
+            slot_state(&fresh, late),
+            SlotState::Held { expired: true, .. }
+        ));
+        let renewed = renewed(&fresh, at("2026-01-01T00:00:10Z"));
+        assert!(matches!(
+            slot_state(&renewed, late),
+            SlotState::Held { expired: false, .. }
+        ));
+        let free = released(&renewed);
+        assert_eq!(slot_state(&free, late), SlotState::Free);
+        let taken = taken_over(&free, "node-b", d, late);
+        assert_eq!(
+            taken.spec.as_ref().and_then(|s| s.lease_transitions),
+            Some(2)
+        );
+        assert_eq!(
+            serde_json::to_value(&taken).unwrap()["spec"]["renewTime"],
+            "2026-01-01T00:00:20.000000Z",
+            "MicroTime is written with six fractional digits, as the apiserver expects"
+        );
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration_seconds(Duration::from_millis(10)), 1);
+        assert_eq!(duration_seconds(Duration::from_secs(15)), 15);
+    }
+}

@@ -1,0 +1,355 @@
+//! The counting semaphore itself: `max_holders` slot Leases per group, each
+//! taken with a create (the name is the lock) or a resourceVersion-guarded
+//! replace, so the apiserver decides every race.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+
+use super::guard::SlotGuard;
+use super::lease::{self, SlotState};
+use super::quorum::{is_control_plane, quorum_guard};
+use super::{Acquisition, CONTROL_PLANE_GROUP, CoordinationError, Holder};
+
+/// Reboot slots of one group: at most `max_holders` nodes hold one at a
+/// time. Cheap to clone; clones share the local lock that keeps one
+/// agent from taking two slots by racing itself.
+#[derive(Clone)]
+pub struct RebootSlots {
+    api: Api<Lease>,
+    namespace: String,
+    group: String,
+    max_holders: u32,
+    lease_duration: Duration,
+    /// Control-plane slots check the quorum guard before taking a slot.
+    control_plane: bool,
+    local: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl RebootSlots {
+    /// Slots of `group` (Leases in `namespace`), at most `max_holders`
+    /// holders, each hold lasting `lease_duration` past its last renewal.
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        group: &str,
+        max_holders: u32,
+        lease_duration: Duration,
+    ) -> Self {
+        RebootSlots {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_string(),
+            group: group.to_string(),
+            max_holders: max_holders.max(1),
+            lease_duration,
+            control_plane: false,
+            local: Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+
+    /// The slots `node` must use: a control-plane node (label
+    /// `node-role.kubernetes.io/control-plane`) always uses the
+    /// `control-plane` group with one holder, and checks the quorum guard
+    /// before taking it; any other node uses `group` with `max_holders`.
+    pub fn for_node(
+        client: kube::Client,
+        namespace: &str,
+        node: &Node,
+        group: &str,
+        max_holders: u32,
+        lease_duration: Duration,
+    ) -> Self {
+        if is_control_plane(node) {
+            let mut slots = Self::new(client, namespace, CONTROL_PLANE_GROUP, 1, lease_duration);
+            slots.control_plane = true;
+            slots
+        } else {
+            Self::new(client, namespace, group, max_holders, lease_duration)
+        }
+    }
+
+    /// The group these slots belong to.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// How long a hold lasts past its last renewal.
+    pub fn lease_duration(&self) -> Duration {
+        self.lease_duration
+    }
+
+    fn err(&self, slot: &str, action: &str, e: impl std::fmt::Display) -> CoordinationError {
+        CoordinationError::Api {
+            lease: format!("{}/{slot}", self.namespace),
+            message: format!("{action}: {e}"),
+        }
+    }
+
+    async fn read(&self, index: u32) -> Result<(String, Option<Lease>), CoordinationError> {
+        let name = lease::slot_name(&self.group, index);
+        let lease = self
+            .api
+            .get_opt(&name)
+            .await
+            .map_err(|e| self.err(&name, "reading the slot", e))?;
+        Ok((name, lease))
+    }
+
+    /// Every slot, as read now.
+    async fn read_all(&self) -> Result<Vec<(String, Option<Lease>)>, CoordinationError> {
+        let mut all = Vec::new();
+        for i in 0..self.max_holders {
+            all.push(self.read(i).await?);
+        }
+        Ok(all)
+    }
+
+    /// Takes a slot for `node` if one is free or expired. Recursive: a node
+    /// that already holds a slot gets that slot back (renewed), never a
+    /// second one. `Full` lists who holds the slots.
+    pub async fn try_acquire(&self, node: &str) -> Result<Acquisition<String>, CoordinationError> {
+        let _local = self.local.lock().await;
+        for _ in 0..5 {
+            if let Some(outcome) = self.acquire_once(node).await? {
+                return Ok(outcome);
+            }
+        }
+        Err(self.err(
+            &lease::slot_name(&self.group, 0),
+            "taking a slot",
+            "the slots kept changing under 5 attempts; will retry",
+        ))
+    }
+
+    /// One pass over the slots; None when this node's own slot changed
+    /// between read and renewal (e.g. its renewal task ran): read again.
+    async fn acquire_once(
+        &self,
+        node: &str,
+    ) -> Result<Option<Acquisition<String>>, CoordinationError> {
+        let slots = self.read_all().await?;
+        let now = Timestamp::now();
+        for (name, lease) in &slots {
+            if let Some(lease) = lease
+                && let SlotState::Held { holder, .. } = lease::slot_state(lease, now)
+                && holder == node
+            {
+                // Ours even if it lapsed: nobody has taken it over yet.
+                return match self
+                    .api
+                    .replace(name, &PostParams::default(), &lease::renewed(lease, now))
+                    .await
+                {
+                    Ok(_) => Ok(Some(Acquisition::Acquired(name.clone()))),
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
+                    Err(e) => Err(self.err(name, "renewing the slot", e)),
+                };
+            }
+        }
+        if self.control_plane
+            && let Err(blocked) = quorum_guard(self.api_client(), node).await
+        {
+            return match blocked {
+                CoordinationError::QuorumBlocked { not_ready } => {
+                    Ok(Some(Acquisition::QuorumBlocked { not_ready }))
+                }
+                other => Err(other),
+            };
+        }
+        let mut holders = Vec::new();
+        for (name, lease) in slots {
+            let attempt = match &lease {
+                None => lease::new_held(
+                    &name,
+                    &self.namespace,
+                    &self.group,
+                    node,
+                    self.lease_duration,
+                    now,
+                ),
+                Some(current) => match lease::slot_state(current, now) {
+                    SlotState::Free | SlotState::Held { expired: true, .. } => {
+                        lease::taken_over(current, node, self.lease_duration, now)
+                    }
+                    SlotState::Held { holder, .. } => {
+                        holders.push(Holder { holder, slot: name });
+                        continue;
+                    }
+                },
+            };
+            let result = if lease.is_some() {
+                self.api
+                    .replace(&name, &PostParams::default(), &attempt)
+                    .await
+            } else {
+                self.api.create(&PostParams::default(), &attempt).await
+            };
+            match result {
+                Ok(_) => return Ok(Some(Acquisition::Acquired(name))),
+                // Someone else created or changed this slot first: it is
+                // theirs; try the next one.
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    if let Ok((_, Some(now_lease))) = self.read_slot(&name).await
+                        && let SlotState::Held { holder, .. } =
+                            lease::slot_state(&now_lease, Timestamp::now())
+                    {
+                        holders.push(Holder { holder, slot: name });
+                    }
+                }
+                Err(e) => return Err(self.err(&name, "taking the slot", e)),
+            }
+        }
+        Ok(Some(Acquisition::Full { holders }))
+    }
+
+    async fn read_slot(&self, name: &str) -> Result<(String, Option<Lease>), kube::Error> {
+        Ok((name.to_string(), self.api.get_opt(name).await?))
+    }
+
+    fn api_client(&self) -> kube::Client {
+        self.api.clone().into_client()
+    }
+
+    /// Takes a slot like [`try_acquire`](Self::try_acquire) and, when it got
+    /// one, keeps renewing it every third of the lease duration until the
+    /// guard is released or dropped, or `stop` is cancelled.
+    pub async fn acquire_with_renewal(
+        &self,
+        node: &str,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> Result<Acquisition<SlotGuard>, CoordinationError> {
+        Ok(match self.try_acquire(node).await? {
+            Acquisition::Acquired(slot) => {
+                Acquisition::Acquired(SlotGuard::start(self.clone(), node, slot, stop))
+            }
+            Acquisition::Full { holders } => Acquisition::Full { holders },
+            Acquisition::QuorumBlocked { not_ready } => Acquisition::QuorumBlocked { not_ready },
+        })
+    }
+
+    /// Renews `node`'s hold on `slot`. `Lost` when the slot is no longer
+    /// the node's (taken over after it expired, or released).
+    pub async fn renew(&self, node: &str, slot: &str) -> Result<(), CoordinationError> {
+        for _ in 0..5 {
+            let lease = self
+                .api
+                .get_opt(slot)
+                .await
+                .map_err(|e| self.err(slot, "reading the slot to renew it", e))?;
+            let now = Timestamp::now();
+            let Some(lease) = lease.filter(|l| {
+                matches!(lease::slot_state(l, now), SlotState::Held { ref holder, .. } if holder == node)
+            }) else {
+                return Err(CoordinationError::Lost {
+                    node: node.to_string(),
+                    lease: format!("{}/{slot}", self.namespace),
+                });
+            };
+            match self
+                .api
+                .replace(slot, &PostParams::default(), &lease::renewed(&lease, now))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => return Err(self.err(slot, "renewing the slot", e)),
+            }
+        }
+        Err(self.err(
+            slot,
+            "renewing the slot",
+            "it kept changing under 5 attempts; will retry",
+        ))
+    }
+
+    /// Gives back every slot of this group `node` holds. Idempotent:
+    /// releasing nothing is fine. Returns whether a slot was released.
+    pub async fn release(&self, node: &str) -> Result<bool, CoordinationError> {
+        let _local = self.local.lock().await;
+        let mut released = false;
+        for i in 0..self.max_holders {
+            let name = lease::slot_name(&self.group, i);
+            // A conflict means the Lease changed between read and write (a
+            // renewal in flight, or a takeover): reread and decide again.
+            for attempt in 0.. {
+                let Some(current) = self.read(i).await?.1 else {
+                    break;
+                };
+                let mine = matches!(
+                    lease::slot_state(&current, Timestamp::now()),
+                    SlotState::Held { ref holder, .. } if holder == node
+                );
+                if !mine {
+                    break;
+                }
+                match self
+                    .api
+                    .replace(&name, &PostParams::default(), &lease::released(&current))
+                    .await
+                {
+                    Ok(_) => {
+                        released = true;
+                        break;
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 409 && attempt < 5 => continue,
+                    Err(e) => return Err(self.err(&name, "releasing the slot", e)),
+                }
+            }
+        }
+        Ok(released)
+    }
+
+    /// Who holds a slot now (expired holds excluded).
+    pub async fn holders(&self) -> Result<Vec<Holder>, CoordinationError> {
+        let now = Timestamp::now();
+        Ok(self
+            .read_all()
+            .await?
+            .into_iter()
+            .filter_map(
+                |(slot, lease)| match lease::slot_state(lease.as_ref()?, now) {
+                    SlotState::Held {
+                        holder,
+                        expired: false,
+                    } => Some(Holder { holder, slot }),
+                    _ => None,
+                },
+            )
+            .collect())
+    }
+}
+
+/// The groups in which `node` holds an unexpired slot, from one LIST of the
+/// slot Leases in `namespace`: what an agent that restarted (say, across the
+/// reboot it drained for) must resume renewing.
+pub async fn groups_held_by(
+    client: kube::Client,
+    namespace: &str,
+    node: &str,
+) -> Result<Vec<String>, CoordinationError> {
+    let api: Api<Lease> = Api::namespaced(client, namespace);
+    let leases = api
+        .list(&ListParams::default().labels(lease::GROUP_LABEL))
+        .await
+        .map_err(|e| CoordinationError::Api {
+            lease: format!("{namespace}/maintd-reboot-*"),
+            message: format!("listing the reboot slots: {e}"),
+        })?;
+    let now = Timestamp::now();
+    let mut groups: Vec<String> = leases
+        .items
+        .iter()
+        .filter(|l| {
+            matches!(lease::slot_state(l, now), SlotState::Held { ref holder, expired: false } if holder == node)
+        })
+        .filter_map(|l| l.metadata.labels.as_ref()?.get(lease::GROUP_LABEL).cloned())
+        .collect();
+    groups.sort();
+    groups.dedup();
+    Ok(groups)
+}

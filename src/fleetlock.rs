@@ -1,0 +1,384 @@
+//! FleetLock, the protocol Zincati (Fedora CoreOS' updater) speaks to ask
+//! for a reboot slot: request parsing and response bodies, and the two
+//! operations, with no HTTP server of its own (http.rs serves
+//! `POST /v1/pre-reboot` and `POST /v1/steady-state` on the local listener
+//! and hands the headers and body here).
+//!
+//! Protocol: <https://coreos.github.io/zincati/development/fleetlock/protocol/>.
+//! Requests carry the header `fleet-lock-protocol: true` and a body
+//! `{"client_params": {"id": "...", "group": "..."}}`; 200 means success,
+//! anything else failure, with an error body `{"kind", "value"}` whose
+//! kinds are few and fixed (Zincati counts them in metrics).
+//!
+//! maintd adds the drain: pre-reboot takes a slot for the group, then asks
+//! for the node to be drained, and answers success only once it is — until
+//! then `drain_in_progress`, and Zincati retries. steady-state undoes the
+//! drain and gives the slot back.
+
+use std::future::Future;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::coordination::{Acquisition, CoordinationError, RebootSlots, SlotGuard};
+
+/// The header every FleetLock request carries.
+pub const PROTOCOL_HEADER: &str = "fleet-lock-protocol";
+
+/// Largest request body worth reading; a FleetLock body is ~100 bytes.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// Error kinds maintd answers with (a small, fixed set, as the protocol asks).
+pub mod kind {
+    /// Success (200).
+    pub const SUCCESS: &str = "success";
+    /// The `fleet-lock-protocol: true` header is missing or not `true`.
+    pub const MISSING_HEADER: &str = "missing_fleetlock_header";
+    /// The body is not the protocol's JSON, or `id`/`group` is empty/invalid.
+    pub const BAD_REQUEST: &str = "bad_request";
+    /// Every reboot slot of the group is held (the protocol's own example).
+    pub const SEMAPHORE_FULL: &str = "failed_lock_semaphore_full";
+    /// A control-plane node waits: another control-plane node is NotReady.
+    pub const QUORUM_GUARD: &str = "failed_lock_quorum_guard";
+    /// The slot is held and the node is draining; retry.
+    pub const DRAIN_IN_PROGRESS: &str = "drain_in_progress";
+    /// Taking the slot or starting the drain failed.
+    pub const FAILED_LOCK: &str = "failed_lock";
+    /// Undoing the drain or releasing the slot failed.
+    pub const FAILED_UNLOCK: &str = "failed_unlock";
+}
+
+/// The `client_params` of a request.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct ClientParams {
+    /// The client's identifier (Zincati: an app-specific machine id).
+    pub id: String,
+    /// The reboot group, `^[a-zA-Z0-9.-]+$`.
+    pub group: String,
+}
+
+#[derive(Deserialize)]
+struct Body {
+    client_params: ClientParams,
+}
+
+/// An answer: HTTP status and a JSON body `{"kind", "value"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reply {
+    #[serde(skip)]
+    pub status: u16,
+    pub kind: String,
+    pub value: String,
+}
+
+impl Reply {
+    fn new(status: u16, kind: &str, value: impl Into<String>) -> Self {
+        Reply {
+            status,
+            kind: kind.to_string(),
+            value: value.into(),
+        }
+    }
+
+    /// The JSON body to send.
+    pub fn body(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Whether this is the protocol's success (200).
+    pub fn is_success(&self) -> bool {
+        self.status == 200
+    }
+}
+
+/// Checks the header and parses the body. The error is the reply to send.
+pub fn parse_request(headers: &http::HeaderMap, body: &[u8]) -> Result<ClientParams, Reply> {
+    let header_ok = headers
+        .get(PROTOCOL_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    if !header_ok {
+        return Err(Reply::new(
+            400,
+            kind::MISSING_HEADER,
+            "the header fleet-lock-protocol must be set to true",
+        ));
+    }
+    if body.len() > MAX_BODY_BYTES {
+        return Err(Reply::new(
+            400,
+            kind::BAD_REQUEST,
+            "the request body is too large",
+        ));
+    }
+    let parsed: Body = serde_json::from_slice(body).map_err(|e| {
+        Reply::new(
+            400,
+            kind::BAD_REQUEST,
+            format!("the body is not {{\"client_params\": {{\"id\": ..., \"group\": ...}}}}: {e}"),
+        )
+    })?;
+    let params = parsed.client_params;
+    if params.id.trim().is_empty() {
+        return Err(Reply::new(
+            400,
+            kind::BAD_REQUEST,
+            "client_params.id is empty",
+        ));
+    }
+    let group_ok = !params.group.is_empty()
+        && params
+            .group
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-');
+    if !group_ok {
+        return Err(Reply::new(
+            400,
+            kind::BAD_REQUEST,
+            "client_params.group must match ^[a-zA-Z0-9.-]+$",
+        ));
+    }
+    Ok(params)
+}
+
+/// Where the node's drain stands after asking for one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrainState {
+    /// Every pod the plan drains is gone: the node may reboot.
+    Drained,
+    /// Still draining; `detail` says where (stage, blockers).
+    InProgress { detail: String },
+}
+
+/// The agent's side: start (or continue) a drain for a reason and say where
+/// it stands, and undo it. Both are idempotent; FleetLock calls them on every
+/// retry.
+pub trait DrainControl: Send + Sync {
+    /// Requests the drain (idempotent) and reports its state.
+    fn request_drain(
+        &self,
+        reason: &str,
+    ) -> impl Future<Output = Result<DrainState, String>> + Send;
+    /// Ends the FleetLock drain request: untaint, uncordon, restore.
+    fn undo(&self) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// Picks the slots for a request's group (the lead maps a control-plane node
+/// to its own group here, e.g. with [`RebootSlots::for_node`]).
+pub type SlotsFor = Box<dyn Fn(&str) -> RebootSlots + Send + Sync>;
+
+/// FleetLock for this node: holds the slot between pre-reboot and
+/// steady-state and keeps it renewed.
+pub struct FleetLock<D> {
+    node: String,
+    slots_for: SlotsFor,
+    drain: D,
+    held: tokio::sync::Mutex<Option<SlotGuard>>,
+    stop: CancellationToken,
+}
+
+impl<D: DrainControl> FleetLock<D> {
+    /// FleetLock for `node`; `stop` ends slot renewals (agent shutdown).
+    pub fn new(node: &str, slots_for: SlotsFor, drain: D, stop: CancellationToken) -> Self {
+        FleetLock {
+            node: node.to_string(),
+            slots_for,
+            drain,
+            held: tokio::sync::Mutex::new(None),
+            stop,
+        }
+    }
+
+    /// `POST /v1/pre-reboot`: take a slot, then drain; success once drained.
+    pub async fn pre_reboot(&self, headers: &http::HeaderMap, body: &[u8]) -> Reply {
+        let params = match parse_request(headers, body) {
+            Ok(p) => p,
+            Err(reply) => return reply,
+        };
+        let slots = (self.slots_for)(&params.group);
+        let mut held = self.held.lock().await;
+        let keep = held
+            .as_ref()
+            .is_some_and(|g| g.group() == slots.group() && g.still_held());
+        if !keep {
+            if let Some(old) = held.take() {
+                // A lost slot, or one of another group: give it back first.
+                let _ = old.release().await;
+            }
+            match slots
+                .acquire_with_renewal(&self.node, self.stop.clone())
+                .await
+            {
+                Ok(Acquisition::Acquired(guard)) => *held = Some(guard),
+                Ok(Acquisition::Full { holders }) => {
+                    let names: Vec<String> = holders.into_iter().map(|h| h.holder).collect();
+                    return Reply::new(
+                        409,
+                        kind::SEMAPHORE_FULL,
+                        format!(
+                            "all reboot slots of group {} are held (by {}); waiting for one",
+                            slots.group(),
+                            if names.is_empty() {
+                                "other nodes".into()
+                            } else {
+                                names.join(", ")
+                            }
+                        ),
+                    );
+                }
+                Ok(Acquisition::QuorumBlocked { not_ready })
+                | Err(CoordinationError::QuorumBlocked { not_ready }) => {
+                    return Reply::new(
+                        409,
+                        kind::QUORUM_GUARD,
+                        format!(
+                            "control-plane nodes not Ready: {}; this control-plane node waits until they are",
+                            not_ready.join(", ")
+                        ),
+                    );
+                }
+                Err(e) => return Reply::new(500, kind::FAILED_LOCK, e.to_string()),
+            }
+        }
+        let reason = format!(
+            "FleetLock pre-reboot from {} (group {})",
+            params.id, params.group
+        );
+        match self.drain.request_drain(&reason).await {
+            Ok(DrainState::Drained) => Reply::new(
+                200,
+                kind::SUCCESS,
+                format!(
+                    "node {} is drained and holds a reboot slot; reboot",
+                    self.node
+                ),
+            ),
+            Ok(DrainState::InProgress { detail }) => Reply::new(
+                503,
+                kind::DRAIN_IN_PROGRESS,
+                format!(
+                    "node {} holds a reboot slot and is draining: {detail}",
+                    self.node
+                ),
+            ),
+            Err(e) => Reply::new(500, kind::FAILED_LOCK, format!("starting the drain: {e}")),
+        }
+    }
+
+    /// `POST /v1/steady-state`: undo the drain, then give the slot back.
+    /// Idempotent: with nothing held it answers success. After a reboot the
+    /// agent holds no guard, so the slot is released by name.
+    pub async fn steady_state(&self, headers: &http::HeaderMap, body: &[u8]) -> Reply {
+        let params = match parse_request(headers, body) {
+            Ok(p) => p,
+            Err(reply) => return reply,
+        };
+        let mut held = self.held.lock().await;
+        // The slot stays held until the drain is undone, so that the next
+        // node does not start while this one is still cordoned.
+        if let Err(e) = self.drain.undo().await {
+            return Reply::new(500, kind::FAILED_UNLOCK, format!("undoing the drain: {e}"));
+        }
+        let released = match held.take() {
+            Some(guard) => guard.release().await,
+            None => (self.slots_for)(&params.group).release(&self.node).await,
+        };
+        match released {
+            Ok(_) => Reply::new(
+                200,
+                kind::SUCCESS,
+                format!("node {} holds no reboot slot", self.node),
+            ),
+            Err(e) => Reply::new(500, kind::FAILED_UNLOCK, e.to_string()),
+        }
+    }
+
+    /// After an agent restart (the reboot FleetLock drained for), resumes
+    /// renewing the slot this node still holds in `group`, so the hold does
+    /// not lapse before Zincati's steady-state releases it. The groups come
+    /// from [`groups_held_by`](crate::coordination::groups_held_by).
+    /// Returns whether a slot was resumed.
+    pub async fn resume(&self, group: &str) -> Result<bool, CoordinationError> {
+        let slots = (self.slots_for)(group);
+        if !slots.holders().await?.iter().any(|h| h.holder == self.node) {
+            return Ok(false);
+        }
+        let mut held = self.held.lock().await;
+        let acquired = slots
+            .acquire_with_renewal(&self.node, self.stop.clone())
+            .await?;
+        if let Acquisition::Acquired(guard) = acquired {
+            *held = Some(guard);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(value: Option<&str>) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        if let Some(v) = value {
+            h.insert(PROTOCOL_HEADER, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn parsing() {
+        let good =
+            br#"{"client_params": {"id": "c988d2509fdf4cdcbed39037c56406fb", "group": "default"}}"#;
+        assert_eq!(
+            parse_request(&headers(Some("true")), good),
+            Ok(ClientParams {
+                id: "c988d2509fdf4cdcbed39037c56406fb".into(),
+                group: "default".into()
+            })
+        );
+        let cases: [(Option<&str>, &[u8], &str); 9] = [
+            (None, good, kind::MISSING_HEADER),
+            (Some("false"), good, kind::MISSING_HEADER),
+            (Some("true"), b"{not json", kind::BAD_REQUEST),
+            (Some("true"), b"{}", kind::BAD_REQUEST),
+            (
+                Some("true"),
+                br#"{"client_params": {"group": "g"}}"#,
+                kind::BAD_REQUEST,
+            ),
+            (
+                Some("true"),
+                br#"{"client_params": {"id": "", "group": "g"}}"#,
+                kind::BAD_REQUEST,
+            ),
+            (
+                Some("true"),
+                br#"{"client_params": {"id": "a", "group": ""}}"#,
+                kind::BAD_REQUEST,
+            ),
+            (
+                Some("true"),
+                br#"{"client_params": {"id": "a", "group": "a b"}}"#,
+                kind::BAD_REQUEST,
+            ),
+            (Some("true"), &[b' '; MAX_BODY_BYTES + 1], kind::BAD_REQUEST),
+        ];
+        for (i, (header, body, want)) in cases.into_iter().enumerate() {
+            let reply = parse_request(&headers(header), body).unwrap_err();
+            assert_eq!((reply.status, reply.kind.as_str()), (400, want), "case {i}");
+            assert!(!reply.value.is_empty(), "case {i}: the value explains");
+        }
+    }
+
+    #[test]
+    fn error_body_is_kind_and_value() {
+        let reply = Reply::new(409, kind::SEMAPHORE_FULL, "full");
+        let body: serde_json::Value = serde_json::from_slice(&reply.body()).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"kind": "failed_lock_semaphore_full", "value": "full"})
+        );
+    }
+}
