@@ -25,6 +25,14 @@ pub enum CrdError {
 /// - size limits on `drainPlan` and `reason`, a positive `stageTimeoutSeconds`.
 pub fn crd() -> Result<CustomResourceDefinition, CrdError> {
     let mut v = serde_json::to_value(NodeMaintenance::crd())?;
+    drop_null_enum_values(&mut v);
+    let schema = v
+        .pointer_mut("/spec/versions/0/schema/openAPIV3Schema")
+        .ok_or(CrdError::Missing("openAPIV3Schema"))?;
+    schema["description"] = json!(
+        "A request to take one node, or every node a selector matches, out of service: \
+         cordon, or cordon and drain by a plan. Each node's maintd agent reports in status.nodes."
+    );
     let root = v
         .pointer_mut("/spec/versions/0/schema/openAPIV3Schema/properties")
         .ok_or(CrdError::Missing("openAPIV3Schema properties"))?;
@@ -42,6 +50,12 @@ pub fn crd() -> Result<CustomResourceDefinition, CrdError> {
     set(props, "reason", "maxLength", json!(MAX_REASON_LEN))?;
     set(props, "stageTimeoutSeconds", "minimum", json!(1))?;
     set(props, "nodeName", "minLength", json!(1))?;
+    // Not nullable: a null is pruned, so `has()` in the CEL rule means "set".
+    for field in ["nodeName", "nodeSelector", "stageTimeoutSeconds"] {
+        if let Some(f) = props.get_mut(field).and_then(Value::as_object_mut) {
+            f.remove("nullable");
+        }
+    }
     let status = root
         .pointer_mut("/status/properties")
         .ok_or(CrdError::Missing("status properties"))?;
@@ -60,6 +74,21 @@ pub fn crd() -> Result<CustomResourceDefinition, CrdError> {
         json!(["type"]),
     )?;
     Ok(serde_json::from_value(v)?)
+}
+
+/// schemars lists `null` among the values of an optional enum; the API
+/// server expresses that with `nullable` alone.
+fn drop_null_enum_values(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::Array(values)) = m.get_mut("enum") {
+                values.retain(|x| !x.is_null());
+            }
+            m.values_mut().for_each(drop_null_enum_values);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_null_enum_values),
+        _ => {}
+    }
 }
 
 fn set(props: &mut Value, field: &'static str, key: &str, value: Value) -> Result<(), CrdError> {

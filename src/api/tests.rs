@@ -79,7 +79,10 @@ fn validate_names_every_problem() {
         ),
         (
             json!({"stage": "Later", "nodeName": "a", "nodeSelector": {}}),
-            &["spec.stage \"Later\"", "spec sets both nodeName and nodeSelector"],
+            &[
+                "spec.stage \"Later\"",
+                "spec sets both nodeName and nodeSelector",
+            ],
         ),
     ];
     for (spec, want) in cases {
