@@ -13,6 +13,7 @@
 mod schema;
 mod select;
 mod stage;
+pub mod status;
 #[cfg(test)]
 mod tests;
 mod validate;
