@@ -95,6 +95,8 @@ enum Command {
         #[arg(long)]
         static_pod_root: Option<PathBuf>,
     },
+    /// Print the NodeMaintenance CRD as YAML (what deploy/crd.yaml holds).
+    Crd,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -221,6 +223,10 @@ async fn main() -> anyhow::Result<()> {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
                 Output::Text => print!("{}", maintd::plan_cmd::render(&plan)),
             }
+            Ok(())
+        }
+        Command::Crd => {
+            print!("{}", maintd::api::crd_yaml()?);
             Ok(())
         }
         Command::Sim {

@@ -1,0 +1,84 @@
+//! What is wrong with a NodeMaintenance, checked by the agent. An invalid
+//! object causes no action; its problems go into a `Valid=False` condition.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::{NodeMaintenance, Stage, stage::STAGES};
+use crate::drain::plan::{PlanError, selector_matches, validate_entries};
+
+/// Most drain plan entries an object may have (the CRD's `maxItems` too).
+pub const MAX_PLAN_ENTRIES: usize = 1000;
+/// Longest `spec.reason`, in bytes (the CRD's `maxLength` too).
+pub const MAX_REASON_LEN: usize = 1024;
+
+/// Decodes an object from the API. Stages are read leniently (see
+/// [`Stage`]); anything else that does not fit the type is an error naming
+/// the object and the field serde stumbled on.
+pub fn parse(obj: &Value) -> Result<NodeMaintenance, Vec<String>> {
+    serde_json::from_value(obj.clone()).map_err(|e| {
+        vec![format!(
+            "NodeMaintenance {:?} does not decode: {e}; fix the object to match the maintd.io/v1alpha1 schema",
+            obj["metadata"]["name"].as_str().unwrap_or("<unnamed>")
+        )]
+    })
+}
+
+/// Every problem with `nm`, each one sentence naming the field; `Ok` if
+/// the agents may act on it.
+pub fn validate(nm: &NodeMaintenance) -> Result<(), Vec<String>> {
+    let spec = &nm.spec;
+    let mut problems = Vec::new();
+    if let Stage::Unknown(s) = &spec.stage {
+        problems.push(format!(
+            "spec.stage {s:?} is not a stage; use one of {}",
+            STAGES.join(", ")
+        ));
+    }
+    match (&spec.node_name, &spec.node_selector) {
+        (Some(_), Some(_)) => {
+            problems.push("spec sets both nodeName and nodeSelector; set exactly one".to_string())
+        }
+        (None, None) => problems
+            .push("spec sets neither nodeName nor nodeSelector; set exactly one".to_string()),
+        (Some(name), None) if name.is_empty() => {
+            problems.push("spec.nodeName is empty; name the node".to_string())
+        }
+        _ => {}
+    }
+    if let Some(sel) = &spec.node_selector {
+        // selector_matches checks the selector before matching anything.
+        match selector_matches(sel, &BTreeMap::new()) {
+            Err(PlanError::Selector(e)) => problems.push(format!("spec.nodeSelector: {e}")),
+            Err(e) => problems.push(format!("spec.nodeSelector: {e}")),
+            Ok(_) => {}
+        }
+    }
+    if spec.drain_plan.len() > MAX_PLAN_ENTRIES {
+        problems.push(format!(
+            "spec.drainPlan has {} entries; at most {MAX_PLAN_ENTRIES} are allowed",
+            spec.drain_plan.len()
+        ));
+    } else if let Err(e) = validate_entries(&spec.drain_plan) {
+        problems.push(format!("spec.drainPlan: {e}"));
+    }
+    if spec.reason.len() > MAX_REASON_LEN {
+        problems.push(format!(
+            "spec.reason is {} bytes long; at most {MAX_REASON_LEN} are allowed",
+            spec.reason.len()
+        ));
+    }
+    if let Some(t) = spec.stage_timeout_seconds
+        && t <= 0
+    {
+        problems.push(format!(
+            "spec.stageTimeoutSeconds is {t}; give a positive number of seconds or leave it unset"
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}

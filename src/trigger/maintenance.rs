@@ -1,0 +1,268 @@
+//! The NodeMaintenance trigger: a watch on every NodeMaintenance object
+//! (raw JSON, so one malformed object cannot hide the others), answering
+//! synchronously what they ask of this node.
+//!
+//! Where the CRD is not installed, the trigger is ready with no objects and
+//! checks again with a capped backoff, so the agent neither waits forever
+//! nor undoes a drain because a list has not arrived yet.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::Desired;
+use crate::api::{self, Effective, NODEMAINTENANCES_PATH};
+use crate::index::{Backoff, Index, WatchTarget};
+
+/// An object the agents do not act on, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invalid {
+    pub name: String,
+    /// The raw object, for [`api::status::validation_update`].
+    pub object: Arc<Value>,
+    pub problems: Vec<String>,
+}
+
+/// What the NodeMaintenance objects say for this node right now.
+#[derive(Debug, Clone, Default)]
+pub struct Evaluation {
+    /// The effective request, if any valid object selecting the node asks
+    /// something (stage Idle included: selected, nothing to do).
+    pub effective: Option<Effective>,
+    /// Objects that do not decode or do not validate (whatever they select).
+    pub invalid: Vec<Invalid>,
+    /// Every valid object, decoded (for status and the counts).
+    pub valid: Vec<api::NodeMaintenance>,
+}
+
+/// Pure: evaluates raw objects against the node.
+pub fn evaluate(objs: &[Arc<Value>], node: &Value) -> Evaluation {
+    let mut out = Evaluation::default();
+    for obj in objs {
+        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        match api::parse(obj).and_then(|nm| api::validate(&nm).map(|()| nm)) {
+            Ok(nm) => out.valid.push(nm),
+            Err(problems) => out.invalid.push(Invalid {
+                name,
+                object: obj.clone(),
+                problems,
+            }),
+        }
+    }
+    out.effective = api::effective(&out.valid, node);
+    out
+}
+
+/// Adds what `effective` asks to `desired`: a source line; Drain evicts with
+/// the object's plan (taking precedence over the default plan another
+/// trigger would use); Cordon only cordons and taints. Idle adds nothing.
+pub fn contribute(effective: Option<&Effective>, desired: &mut Desired) {
+    let Some(e) = effective.filter(|e| e.active()) else {
+        return;
+    };
+    desired.sources.push(e.describe());
+    if e.evict() {
+        desired.evict = true;
+        if e.entries.is_some() {
+            desired.entries = e.entries.clone();
+        }
+    }
+}
+
+/// The watch on NodeMaintenance objects. Cheap to clone.
+#[derive(Clone)]
+pub struct MaintenanceTrigger {
+    /// The objects; its `changes()` is what the agent's loop should wake on.
+    pub index: Index,
+    /// The API says the resource does not exist (no CRD).
+    absent: Arc<watch::Sender<bool>>,
+}
+
+impl Default for MaintenanceTrigger {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MaintenanceTrigger {
+    pub fn new() -> Self {
+        MaintenanceTrigger {
+            index: Index::new(),
+            absent: Arc::new(watch::channel(false).0),
+        }
+    }
+
+    /// Whether the agent may act on [`Self::evaluate`]: the first list
+    /// arrived, or the CRD is not installed (then there is nothing to wait
+    /// for). Until then "no object" means "not known yet", not "undo".
+    pub fn ready(&self) -> bool {
+        self.index.synced() || *self.absent.borrow()
+    }
+
+    /// Waits until [`Self::ready`].
+    pub async fn wait_ready(&self) {
+        let mut absent = self.absent.subscribe();
+        let mut changes = self.index.changes();
+        while !self.ready() {
+            tokio::select! {
+                r = absent.changed() => if r.is_err() { return },
+                r = changes.changed() => if r.is_err() { return },
+            }
+        }
+    }
+
+    /// What the objects ask of `node` (the Node object as the agent's
+    /// node index holds it).
+    pub fn evaluate(&self, node: &Value) -> Evaluation {
+        evaluate(&self.index.all(), node)
+    }
+
+    /// Keeps the index current until `stop`. While the CRD is missing it
+    /// checks again with a backoff capped at five minutes.
+    pub async fn run(self, client: kube::Client, stop: CancellationToken) {
+        let mut backoff = Backoff::with(5_000, 300_000);
+        loop {
+            match resource_exists(&client).await {
+                Ok(true) => break,
+                Ok(false) => {
+                    if !self.absent.send_replace(true) {
+                        tracing::info!(
+                            path = NODEMAINTENANCES_PATH,
+                            "the NodeMaintenance CRD is not installed; \
+                             the NodeMaintenance trigger is off until it is"
+                        );
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "checking for the NodeMaintenance CRD"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff.next_delay()) => {}
+                _ = stop.cancelled() => return,
+            }
+        }
+        // Present now: wait for the objects, not an earlier absence.
+        self.absent.send_replace(false);
+        let target = WatchTarget {
+            path: NODEMAINTENANCES_PATH.into(),
+            field_selector: None,
+        };
+        self.index.clone().run(client, target, stop).await;
+    }
+}
+
+/// Whether the API serves nodemaintenances (a one-item list; 404: no CRD).
+async fn resource_exists(client: &kube::Client) -> Result<bool, String> {
+    let req = http::Request::get(format!("{NODEMAINTENANCES_PATH}?limit=1"))
+        .body(Vec::new())
+        .map_err(|e| e.to_string())?;
+    let call = client.request::<Value>(req);
+    match tokio::time::timeout(Duration::from_secs(30), call).await {
+        Ok(Ok(_)) => Ok(true),
+        Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(false),
+        Ok(Err(e)) => Err(format!("listing {NODEMAINTENANCES_PATH}: {e}")),
+        Err(_) => Err(format!(
+            "listing {NODEMAINTENANCES_PATH} timed out after 30s"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(name: &str, created: &str, spec: Value) -> Arc<Value> {
+        Arc::new(json!({
+            "apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
+            "metadata": {"name": name, "uid": name, "creationTimestamp": created},
+            "spec": spec,
+        }))
+    }
+
+    fn node() -> Value {
+        json!({"metadata": {"name": "node-a", "labels": {"pool": "gpu"}}})
+    }
+
+    #[test]
+    fn bad_objects_are_reported_and_do_not_hide_good_ones() {
+        let objs = [
+            obj(
+                "typo",
+                "2026-01-01T00:00:00Z",
+                json!({"nodeName": "node-a", "stage": "Drain", "drainPlan": [{"podType": "Pods", "podPriority": 0}]}),
+            ),
+            obj(
+                "both",
+                "2026-01-01T00:00:00Z",
+                json!({"nodeName": "node-a", "nodeSelector": {}, "stage": "Drain"}),
+            ),
+            obj(
+                "gpu",
+                "2026-01-02T00:00:00Z",
+                json!({"nodeSelector": {"matchLabels": {"pool": "gpu"}}, "stage": "Cordon"}),
+            ),
+        ];
+        let ev = evaluate(&objs, &node());
+        let invalid: Vec<_> = ev.invalid.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(invalid, ["typo", "both"]);
+        assert!(
+            ev.invalid[0].problems[0].contains("Pods"),
+            "{:?}",
+            ev.invalid[0].problems
+        );
+        assert_eq!(
+            ev.invalid[1].problems,
+            ["spec sets both nodeName and nodeSelector; set exactly one"]
+        );
+        let e = ev.effective.expect("the valid object still applies");
+        assert_eq!(
+            (e.stage.as_str(), e.from.as_slice()),
+            ("Cordon", &["gpu".to_string()][..])
+        );
+    }
+
+    #[test]
+    fn contribute_turns_the_stage_into_the_agents_request() {
+        let plan = json!([{"podType": "Default", "podPriority": 100}]);
+        let cases = [
+            // (stage, drainPlan, want sources, evict, custom plan)
+            ("Idle", json!([]), 0, false, false),
+            ("Cordon", plan.clone(), 1, false, false),
+            ("Drain", json!([]), 1, true, false),
+            ("Drain", plan, 1, true, true),
+        ];
+        for (stage, drain_plan, sources, evict, custom) in cases {
+            let objs = [obj(
+                "m",
+                "2026-01-01T00:00:00Z",
+                json!({"nodeName": "node-a", "stage": stage, "drainPlan": drain_plan}),
+            )];
+            let ev = evaluate(&objs, &node());
+            let mut d = Desired::default();
+            contribute(ev.effective.as_ref(), &mut d);
+            assert_eq!(d.sources.len(), sources, "{stage}");
+            assert_eq!(d.evict, evict, "{stage}");
+            assert_eq!(d.entries.is_some(), custom, "{stage}");
+            if sources == 1 {
+                assert_eq!(d.sources[0], format!("NodeMaintenance m (stage {stage})"));
+            }
+        }
+        // Added to another trigger's request: the object's plan is used.
+        let objs = [obj(
+            "m",
+            "2026-01-01T00:00:00Z",
+            json!({"nodeName": "node-a", "stage": "Drain", "drainPlan": [{"podType": "Static", "podPriority": 5}]}),
+        )];
+        let mut d = Desired {
+            sources: vec!["taint maintd.io/drain:NoSchedule".into()],
+            evict: true,
+            ..Desired::default()
+        };
+        contribute(evaluate(&objs, &node()).effective.as_ref(), &mut d);
+        assert_eq!(d.sources.len(), 2);
+        assert_eq!(d.entries.unwrap()[0].pod_priority, 5);
+    }
+}

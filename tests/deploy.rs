@@ -1,0 +1,293 @@
+//! deploy/: the CRD matches the Rust types, every manifest parses into the
+//! Kubernetes types, and the RBAC grants exactly the calls the agent makes.
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::Value;
+
+fn deploy() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
+}
+
+#[test]
+fn crd_yaml_matches_the_rust_types() {
+    let want = maintd::api::crd_yaml().unwrap();
+    let have = std::fs::read_to_string(deploy().join("crd.yaml")).unwrap();
+    assert!(
+        have == want,
+        "deploy/crd.yaml is out of date with src/api; regenerate it with \
+         `cargo run -- crd > deploy/crd.yaml`"
+    );
+}
+
+/// Every object of deploy/, typed.
+#[derive(Default)]
+struct Manifests {
+    namespaces: Vec<Namespace>,
+    crds: Vec<CustomResourceDefinition>,
+    accounts: Vec<ServiceAccount>,
+    cluster_roles: Vec<ClusterRole>,
+    cluster_bindings: Vec<ClusterRoleBinding>,
+    roles: Vec<Role>,
+    bindings: Vec<RoleBinding>,
+    daemonsets: Vec<DaemonSet>,
+}
+
+fn typed<T: serde::de::DeserializeOwned>(file: &str, doc: &Value) -> T {
+    serde_json::from_value(doc.clone()).unwrap_or_else(|e| {
+        panic!(
+            "{file}: {} {} does not parse: {e}",
+            doc["kind"], doc["metadata"]["name"]
+        )
+    })
+}
+
+/// Reads the files kustomization.yaml lists (so a file left out of it is
+/// not tested as if deployed).
+fn manifests() -> Manifests {
+    let kust: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(deploy().join("kustomization.yaml")).unwrap(),
+    )
+    .unwrap();
+    let mut m = Manifests::default();
+    for file in kust["resources"].as_array().unwrap() {
+        let file = file.as_str().unwrap();
+        let text = std::fs::read_to_string(deploy().join(file)).unwrap();
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
+            .unwrap_or_else(|e| panic!("{file} is not YAML: {e}"));
+        for doc in docs.iter().filter(|d| !d.is_null()) {
+            match doc["kind"].as_str().unwrap_or("") {
+                "Namespace" => m.namespaces.push(typed(file, doc)),
+                "CustomResourceDefinition" => m.crds.push(typed(file, doc)),
+                "ServiceAccount" => m.accounts.push(typed(file, doc)),
+                "ClusterRole" => m.cluster_roles.push(typed(file, doc)),
+                "ClusterRoleBinding" => m.cluster_bindings.push(typed(file, doc)),
+                "Role" => m.roles.push(typed(file, doc)),
+                "RoleBinding" => m.bindings.push(typed(file, doc)),
+                "DaemonSet" => m.daemonsets.push(typed(file, doc)),
+                other => panic!("{file}: unexpected kind {other:?}"),
+            }
+        }
+    }
+    m
+}
+
+/// Every API call the agent makes: (apiGroup, resource, verb, namespace of
+/// the object, None for cluster-scoped or all namespaces). See
+/// src/index.rs (list/watch), src/cluster.rs (node edits, eviction,
+/// deletion) and the NodeMaintenance trigger and reporters.
+const AGENT_CALLS: &[(&str, &str, &str, Option<&str>)] = &[
+    ("", "pods", "list", None),
+    ("", "pods", "watch", None),
+    ("", "pods", "delete", None),
+    ("", "pods/eviction", "create", None),
+    ("", "nodes", "get", None),
+    ("", "nodes", "list", None),
+    ("", "nodes", "watch", None),
+    ("", "nodes", "patch", None),
+    ("", "nodes/status", "patch", None),
+    ("policy", "poddisruptionbudgets", "list", None),
+    ("policy", "poddisruptionbudgets", "watch", None),
+    ("maintd.io", "nodemaintenances", "list", None),
+    ("maintd.io", "nodemaintenances", "watch", None),
+    ("maintd.io", "nodemaintenances/status", "patch", None),
+    ("events.k8s.io", "events", "create", None),
+    ("events.k8s.io", "events", "patch", None),
+    ("coordination.k8s.io", "leases", "get", Some("maintd")),
+    ("coordination.k8s.io", "leases", "create", Some("maintd")),
+    ("coordination.k8s.io", "leases", "update", Some("maintd")),
+];
+
+fn grants(rule: &PolicyRule, group: &str, resource: &str, verb: &str) -> bool {
+    let has =
+        |list: &Option<Vec<String>>, x: &str| list.iter().flatten().any(|v| v == x || v == "*");
+    has(&rule.api_groups, group)
+        && has(&rule.resources, resource)
+        && rule.verbs.iter().any(|v| v == verb || v == "*")
+}
+
+/// The rules that apply to the service account, each with the namespace
+/// it is limited to (None: cluster-wide).
+fn rules_for(m: &Manifests, sa_ns: &str, sa: &str) -> Vec<(PolicyRule, Option<String>)> {
+    let is_sa = |subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
+        subjects.iter().flatten().any(|s| {
+            s.kind == "ServiceAccount" && s.name == sa && s.namespace.as_deref() == Some(sa_ns)
+        })
+    };
+    let mut out = Vec::new();
+    for b in m.cluster_bindings.iter().filter(|b| is_sa(&b.subjects)) {
+        assert_eq!(b.role_ref.kind, "ClusterRole");
+        let role = m
+            .cluster_roles
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(&b.role_ref.name))
+            .unwrap_or_else(|| panic!("ClusterRole {} is not in deploy/", b.role_ref.name));
+        out.extend(role.rules.iter().flatten().map(|r| (r.clone(), None)));
+    }
+    for b in m.bindings.iter().filter(|b| is_sa(&b.subjects)) {
+        let ns = b.metadata.namespace.clone();
+        assert_eq!(b.role_ref.kind, "Role", "RoleBinding {:?}", b.metadata.name);
+        let role = m
+            .roles
+            .iter()
+            .find(|r| {
+                r.metadata.name.as_deref() == Some(&b.role_ref.name) && r.metadata.namespace == ns
+            })
+            .unwrap_or_else(|| panic!("Role {} is not in deploy/", b.role_ref.name));
+        out.extend(role.rules.iter().flatten().map(|r| (r.clone(), ns.clone())));
+    }
+    out
+}
+
+#[test]
+fn rbac_grants_every_call_the_agent_makes_and_nothing_else() {
+    let m = manifests();
+    let ds = &m.daemonsets[0];
+    let sa = ds
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .service_account_name
+        .clone()
+        .unwrap();
+    let sa_ns = ds.metadata.namespace.clone().unwrap();
+    assert!(
+        m.accounts
+            .iter()
+            .any(|a| a.metadata.name.as_deref() == Some(&sa)
+                && a.metadata.namespace.as_deref() == Some(&sa_ns)),
+        "the DaemonSet's ServiceAccount {sa_ns}/{sa} is in deploy/"
+    );
+    let rules = rules_for(&m, &sa_ns, &sa);
+    for (group, resource, verb, ns) in AGENT_CALLS {
+        let allowed = rules.iter().any(|(r, scope)| {
+            grants(r, group, resource, verb) && (scope.is_none() || scope.as_deref() == *ns)
+        });
+        assert!(
+            allowed,
+            "the agent's call {verb} {resource} (group {group:?}, namespace {ns:?}) is not granted"
+        );
+    }
+    // Least privilege: no wildcard, and every granted verb is a call the agent makes.
+    for (rule, scope) in &rules {
+        for group in rule.api_groups.iter().flatten() {
+            for resource in rule.resources.iter().flatten() {
+                for verb in &rule.verbs {
+                    assert!(
+                        AGENT_CALLS.iter().any(|(g, r, v, ns)| g == group
+                            && r == resource
+                            && v == verb
+                            && (scope.is_none() || scope == &ns.map(str::to_string))),
+                        "deploy/ grants {verb} {resource} (group {group:?}, scope {scope:?}), which the agent never uses"
+                    );
+                }
+            }
+        }
+        assert!(rule.resource_names.is_none() && rule.non_resource_urls.is_none());
+    }
+}
+
+#[test]
+fn daemonset_runs_everywhere_with_what_the_agent_needs_and_little_else() {
+    let m = manifests();
+    assert_eq!(m.namespaces[0].metadata.name.as_deref(), Some("maintd"));
+    assert_eq!(
+        m.crds[0].metadata.name.as_deref(),
+        Some("nodemaintenances.maintd.io")
+    );
+    let ds = &m.daemonsets[0];
+    let pod = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-node-critical")
+    );
+    assert_eq!(pod.host_network, Some(true));
+    let tol = pod.tolerations.as_ref().unwrap();
+    assert_eq!(tol.len(), 1);
+    assert_eq!(tol[0].operator.as_deref(), Some("Exists"));
+    assert!(
+        tol[0].key.is_none() && tol[0].effect.is_none(),
+        "tolerates every taint"
+    );
+
+    let c = &pod.containers[0];
+    let env = c.env.as_ref().unwrap();
+    for (name, path) in [
+        ("NODE_NAME", "spec.nodeName"),
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+    ] {
+        let e = env
+            .iter()
+            .find(|e| e.name == name)
+            .unwrap_or_else(|| panic!("{name} is set"));
+        let field = e
+            .value_from
+            .as_ref()
+            .and_then(|v| v.field_ref.as_ref())
+            .unwrap();
+        assert_eq!(field.field_path, path, "{name}");
+    }
+    let local = env
+        .iter()
+        .find(|e| e.name == "MAINTD_LISTEN_LOCAL")
+        .unwrap();
+    assert!(local.value.as_deref().unwrap().starts_with("127.0.0.1:"));
+
+    let mounts: Vec<_> = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|v| (v.name.as_str(), v.mount_path.as_str()))
+        .collect();
+    let volumes = pod.volumes.as_ref().unwrap();
+    let host_path = |name: &str| {
+        volumes
+            .iter()
+            .find(|v| v.name == name)
+            .and_then(|v| v.host_path.as_ref())
+            .map(|h| h.path.clone())
+    };
+    // The bus socket, and one mount holding both the static pod directory
+    // and its stash (renames between two mounts fail with EXDEV).
+    for path in [
+        "/run/dbus/system_bus_socket",
+        "/etc/kubernetes/manifests",
+        "/etc/kubernetes/manifests.maintd-stash",
+    ] {
+        let (vol, at) = mounts
+            .iter()
+            .find(|(_, at)| path.starts_with(at))
+            .unwrap_or_else(|| panic!("{path} is mounted"));
+        let host = host_path(vol).unwrap();
+        assert_eq!(host, *at, "{path} is the host's own");
+    }
+    let stash_mount = mounts
+        .iter()
+        .find(|(_, at)| "/etc/kubernetes/manifests.maintd-stash".starts_with(at));
+    let dir_mount = mounts
+        .iter()
+        .find(|(_, at)| "/etc/kubernetes/manifests".starts_with(at));
+    assert_eq!(
+        stash_mount, dir_mount,
+        "the static pod directory and its stash share one mount"
+    );
+
+    let sc = c.security_context.as_ref().unwrap();
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_ne!(sc.privileged, Some(true));
+    let caps = sc.capabilities.as_ref().unwrap();
+    assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]));
+    assert!(caps.add.as_ref().is_none_or(|a| a.is_empty()));
+    let req = c.resources.as_ref().unwrap().requests.as_ref().unwrap();
+    assert!(req.contains_key("cpu") && req.contains_key("memory"));
+}
