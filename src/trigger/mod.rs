@@ -1,6 +1,7 @@
 //! Triggers: everything that can ask for this node to be drained. Each one
 //! becomes the same request to the drain engine.
 
+pub mod local;
 pub mod shutdown;
 pub mod taint;
 
