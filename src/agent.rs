@@ -176,8 +176,14 @@ impl Agent {
             }
             ShutdownTrigger::start(cfg, st.margin)
         });
-        self.start_endpoints(&stop, shutdown.as_ref().map(ShutdownTrigger::watch_status))
-            .await;
+        let inhibitor = shutdown.as_ref().map(ShutdownTrigger::watch_status);
+        let metrics = crate::metrics::Metrics::new();
+        tokio::spawn(metrics.clone().feed(
+            self.progress().clone(),
+            inhibitor.clone(),
+            stop.clone(),
+        ));
+        self.start_endpoints(&stop, inhibitor, metrics).await;
         let mut running: Option<Running> = None;
         let mut node_changes = self.node.changes();
         let mut local_changes = self.local.subscribe();
@@ -351,6 +357,7 @@ impl Agent {
         &self,
         stop: &CancellationToken,
         inhibitor: Option<tokio::sync::watch::Receiver<InhibitorStatus>>,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
     ) {
         for (addr, local) in [
             (self.config.listen, false),
@@ -367,6 +374,8 @@ impl Agent {
                         node_index: self.node.clone(),
                         inhibitor: inhibitor.clone(),
                         local,
+                        local_requests: self.local.clone(),
+                        metrics: metrics.clone(),
                     };
                     tokio::spawn(crate::http::serve(ep, l, stop.clone()));
                 }

@@ -8,6 +8,7 @@ pub mod http;
 pub mod index;
 pub mod inhibitor;
 pub mod logind;
+pub mod metrics;
 pub mod plan_cmd;
 pub mod sim;
 pub mod trigger;
