@@ -1,5 +1,6 @@
 //! maintd: a node-local Kubernetes maintenance agent.
 pub mod agent;
+pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod demo;

@@ -4,11 +4,12 @@
 //!
 //! The request lives in the agent's memory only; nothing is written to the
 //! cluster or the disk. A local request therefore does NOT survive an agent
-//! restart: the caller (`maintd drain --wait`) sees the drain stop making
-//! progress and re-sends its request after a timeout. This is deliberate: a
-//! file under /run would outlive a crashed caller and leave the node drained
-//! with nobody left to undrain it, while an in-memory request ends with the
-//! agent and the node goes back to service.
+//! restart: `maintd drain --wait` sees its request gone from the status and
+//! fails (exit 1), so `maintd drain --wait && systemctl reboot` does not
+//! reboot an undrained node; the script retries. This is deliberate: a file
+//! under /run would outlive a crashed caller and leave the node drained with
+//! nobody left to undrain it, while an in-memory request ends with the agent
+//! and the node goes back to service.
 
 use std::sync::Arc;
 
