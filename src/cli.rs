@@ -300,7 +300,7 @@ pub fn render_status(st: &Value) -> String {
                 .map_or(0, |p| p.iter().filter(|p| p["state"] != "gone").count());
             out.push_str(&format!(
                 "{:<6} {:<9} {:<5} {}\n",
-                s["stage"],
+                s["stage"].as_u64().unwrap_or(0),
                 s["state"].as_str().unwrap_or("?"),
                 left,
                 s["label"].as_str().unwrap_or("")

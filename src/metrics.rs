@@ -30,8 +30,13 @@ pub struct Metrics {
     pub drain_active: Gauge,
     /// Seconds from drain_started to drain_completed.
     pub drain_duration: Histogram,
-    /// Eviction attempts by outcome: evicted, blocked (429), error.
+    /// Evictions by outcome: evicted, blocked (429), error. The drain
+    /// reports a blocked or failing pod once per new reason, not on every
+    /// retry, so blocked/error count (pod, reason) pairs;
+    /// `maintd_eviction_attempts_total` counts every request.
     pub evictions: Family<Labels, Counter>,
+    /// Every eviction request sent, retries included.
+    pub eviction_attempts: Counter,
     /// Pods of each stage of the current plan not yet gone (no series, and
     /// so no HELP/TYPE lines either, while there is no plan).
     pub pods_remaining: Family<Labels, Gauge>,
@@ -65,8 +70,14 @@ impl Metrics {
         registry.register(
             // The encoder adds the _total suffix of a counter.
             "maintd_evictions",
-            "Eviction attempts by outcome: evicted, blocked (429, e.g. a PodDisruptionBudget), error",
+            "Evictions by outcome: evicted; blocked (429, e.g. a PodDisruptionBudget) and error, once per pod and new reason",
             evictions.clone(),
+        );
+        let eviction_attempts = Counter::default();
+        registry.register(
+            "maintd_eviction_attempts",
+            "Eviction requests sent, retries included",
+            eviction_attempts.clone(),
         );
         let pods_remaining = Family::<Labels, Gauge>::default();
         registry.register(
@@ -112,6 +123,7 @@ impl Metrics {
             drain_active,
             drain_duration,
             evictions,
+            eviction_attempts,
             pods_remaining,
             inhibitor_held,
             inhibit_delay_budget,
@@ -156,6 +168,9 @@ impl Metrics {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .take();
+            }
+            EventKind::PodEvicting => {
+                self.eviction_attempts.inc();
             }
             EventKind::PodEvicted => outcome("evicted"),
             EventKind::PodBlocked => outcome("blocked"),
@@ -240,6 +255,7 @@ mod tests {
             "maintd_inhibitor_held 0",
             "# TYPE maintd_inhibit_delay_budget_seconds gauge",
             "maintd_status_writes_total 0",
+            "maintd_eviction_attempts_total 0",
             "maintd_build_info{version=",
         ] {
             assert!(text.contains(name), "{name} missing in\n{text}");
