@@ -351,37 +351,24 @@ impl Agent {
         }
     }
 
-    /// Starts the HTTP listeners; a listener that cannot bind is reported
-    /// and the agent goes on without it.
+    /// Starts the HTTP listeners (see http::start).
     async fn start_endpoints(
         &self,
         stop: &CancellationToken,
         inhibitor: Option<tokio::sync::watch::Receiver<InhibitorStatus>>,
         metrics: std::sync::Arc<crate::metrics::Metrics>,
     ) {
-        for (addr, local) in [
-            (self.config.listen, false),
-            (self.config.listen_local, true),
-        ] {
-            let Some(addr) = addr else { continue };
-            match tokio::net::TcpListener::bind(addr).await {
-                Ok(l) => {
-                    tracing::info!(%addr, local, "serving the status endpoint");
-                    let ep = crate::http::Endpoint {
-                        node: self.config.node.clone(),
-                        progress: self.drainer.progress.clone(),
-                        pods: self.drainer.pods.clone(),
-                        node_index: self.node.clone(),
-                        inhibitor: inhibitor.clone(),
-                        local,
-                        local_requests: self.local.clone(),
-                        metrics: metrics.clone(),
-                    };
-                    tokio::spawn(crate::http::serve(ep, l, stop.clone()));
-                }
-                Err(e) => tracing::error!(%addr, error = %e, "cannot listen; the endpoint is off"),
-            }
-        }
+        let ep = crate::http::Endpoint {
+            node: self.config.node.clone(),
+            progress: self.drainer.progress.clone(),
+            pods: self.drainer.pods.clone(),
+            node_index: self.node.clone(),
+            inhibitor,
+            local: false,
+            local_requests: self.local.clone(),
+            metrics,
+        };
+        crate::http::start(ep, self.config.listen, self.config.listen_local, stop).await;
     }
 
     async fn undo_until_done(&self, stop: &CancellationToken) {

@@ -193,6 +193,31 @@ impl Endpoint {
     }
 }
 
+/// Binds the read-only listener (`readonly`) and the local one (`local`,
+/// which may change state) and serves `endpoint` on each until `stop`; a
+/// listener that cannot bind is reported and the agent goes on without it.
+pub async fn start(
+    endpoint: Endpoint,
+    readonly: Option<std::net::SocketAddr>,
+    local: Option<std::net::SocketAddr>,
+    stop: &CancellationToken,
+) {
+    for (addr, is_local) in [(readonly, false), (local, true)] {
+        let Some(addr) = addr else { continue };
+        match TcpListener::bind(addr).await {
+            Ok(l) => {
+                tracing::info!(%addr, local = is_local, "serving the status endpoint");
+                let ep = Endpoint {
+                    local: is_local,
+                    ..endpoint.clone()
+                };
+                tokio::spawn(serve(ep, l, stop.clone()));
+            }
+            Err(e) => tracing::error!(%addr, error = %e, "cannot listen; the endpoint is off"),
+        }
+    }
+}
+
 /// Serves `endpoint` on `listener` until `stop`.
 pub async fn serve(endpoint: Endpoint, listener: TcpListener, stop: CancellationToken) {
     let endpoint = Arc::new(endpoint);

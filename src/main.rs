@@ -97,7 +97,7 @@ enum Command {
         wait: bool,
         /// With --wait: give up waiting after this many seconds (exit 2,
         /// printing the blockers); the drain itself goes on.
-        #[arg(long)]
+        #[arg(long, requires = "wait")]
         timeout_seconds: Option<u64>,
         /// Ask the agent to finish within this many seconds, escalating to
         /// deletion as on shutdown.
