@@ -192,6 +192,13 @@ fn init_logging(filter: &str, json: bool) {
     }
 }
 
+/// Ends a client command that failed: the message alone (no backtrace,
+/// whatever RUST_BACKTRACE says), exit 1.
+fn fail(e: maintd::cli::CliError) -> ! {
+    eprintln!("error: {e}");
+    std::process::exit(1)
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -267,7 +274,8 @@ async fn main() -> anyhow::Result<()> {
         Command::Status { endpoint, output } => {
             let st = maintd::cli::LocalClient::new(&endpoint.endpoint)
                 .status()
-                .await?;
+                .await
+                .unwrap_or_else(|e| fail(e));
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&st)?),
                 Output::Text => print!("{}", maintd::cli::render_status(&st)),
@@ -282,13 +290,18 @@ async fn main() -> anyhow::Result<()> {
             deadline_seconds,
         } => {
             let client = maintd::cli::LocalClient::new(&endpoint.endpoint);
-            let st = client.drain(&reason, deadline_seconds).await?;
+            let st = client
+                .drain(&reason, deadline_seconds)
+                .await
+                .unwrap_or_else(|e| fail(e));
             if !wait {
                 println!("{}", maintd::cli::progress_line(&st));
                 return Ok(());
             }
             let timeout = timeout_seconds.map(std::time::Duration::from_secs);
-            let code = maintd::cli::wait_drained(&client, timeout).await?;
+            let code = maintd::cli::wait_drained(&client, timeout)
+                .await
+                .unwrap_or_else(|e| fail(e));
             if code != 0 {
                 std::process::exit(code);
             }
@@ -297,7 +310,8 @@ async fn main() -> anyhow::Result<()> {
         Command::Undrain { endpoint } => {
             let st = maintd::cli::LocalClient::new(&endpoint.endpoint)
                 .undrain()
-                .await?;
+                .await
+                .unwrap_or_else(|e| fail(e));
             if st["withdrawn"] == true {
                 println!("the local drain request is withdrawn");
             } else {
