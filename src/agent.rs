@@ -17,6 +17,7 @@ use crate::drain::static_pods::StaticPodStash;
 use crate::index::{Index, WatchTarget};
 use crate::inhibitor::{InhibitWhat, InhibitorConfig, InhibitorStatus, ShutdownEvent};
 use crate::logind::BusAddress;
+use crate::trigger::local::LocalRequests;
 use crate::trigger::shutdown::{ActiveShutdown, ShutdownTrigger};
 use crate::trigger::{self, Desired};
 
@@ -24,6 +25,8 @@ pub struct Agent {
     pub config: Config,
     pub drainer: Drainer,
     pub node: Index,
+    /// Drain requests made on the local endpoint (`maintd drain`).
+    pub local: LocalRequests,
 }
 
 /// What woke the agent's loop.
@@ -59,6 +62,7 @@ impl Agent {
                 taint: TaintSpec::draining(),
             },
             node: Index::new(),
+            local: LocalRequests::new(),
             config,
         }
     }
@@ -97,6 +101,16 @@ impl Agent {
         {
             d.sources.push(t.describe());
             d.evict = true;
+        }
+        // In memory only: a local request does not survive an agent restart
+        // (see trigger/local.rs); `maintd drain --wait` re-sends it.
+        if let Some(req) = self.local.current() {
+            d.sources.push(format!("local: {}", req.reason));
+            d.evict = true;
+            d.deadline = match (d.deadline, req.deadline) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
         d
     }
@@ -162,10 +176,17 @@ impl Agent {
             }
             ShutdownTrigger::start(cfg, st.margin)
         });
-        self.start_endpoints(&stop, shutdown.as_ref().map(ShutdownTrigger::watch_status))
-            .await;
+        let inhibitor = shutdown.as_ref().map(ShutdownTrigger::watch_status);
+        let metrics = crate::metrics::Metrics::new();
+        tokio::spawn(metrics.clone().feed(
+            self.progress().clone(),
+            inhibitor.clone(),
+            stop.clone(),
+        ));
+        self.start_endpoints(&stop, inhibitor, metrics).await;
         let mut running: Option<Running> = None;
         let mut node_changes = self.node.changes();
+        let mut local_changes = self.local.subscribe();
         let mut progress = self.progress().subscribe();
         let mut warned_value: Option<String> = None;
         loop {
@@ -213,6 +234,8 @@ impl Agent {
                 .and_then(ShutdownTrigger::release_deadline);
             let wake = tokio::select! {
                 r = node_changes.changed() => if r.is_err() { return } else { Wake::Node },
+                // The sender lives in self.local, so this never closes.
+                _ = local_changes.changed() => Wake::Node,
                 ev = async {
                     match shutdown.as_mut() {
                         Some(s) => s.next().await,
@@ -328,34 +351,24 @@ impl Agent {
         }
     }
 
-    /// Starts the HTTP listeners; a listener that cannot bind is reported
-    /// and the agent goes on without it.
+    /// Starts the HTTP listeners (see http::start).
     async fn start_endpoints(
         &self,
         stop: &CancellationToken,
         inhibitor: Option<tokio::sync::watch::Receiver<InhibitorStatus>>,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
     ) {
-        for (addr, local) in [
-            (self.config.listen, false),
-            (self.config.listen_local, true),
-        ] {
-            let Some(addr) = addr else { continue };
-            match tokio::net::TcpListener::bind(addr).await {
-                Ok(l) => {
-                    tracing::info!(%addr, local, "serving the status endpoint");
-                    let ep = crate::http::Endpoint {
-                        node: self.config.node.clone(),
-                        progress: self.drainer.progress.clone(),
-                        pods: self.drainer.pods.clone(),
-                        node_index: self.node.clone(),
-                        inhibitor: inhibitor.clone(),
-                        local,
-                    };
-                    tokio::spawn(crate::http::serve(ep, l, stop.clone()));
-                }
-                Err(e) => tracing::error!(%addr, error = %e, "cannot listen; the endpoint is off"),
-            }
-        }
+        let ep = crate::http::Endpoint {
+            node: self.config.node.clone(),
+            progress: self.drainer.progress.clone(),
+            pods: self.drainer.pods.clone(),
+            node_index: self.node.clone(),
+            inhibitor,
+            local: false,
+            local_requests: self.local.clone(),
+            metrics,
+        };
+        crate::http::start(ep, self.config.listen, self.config.listen_local, stop).await;
     }
 
     async fn undo_until_done(&self, stop: &CancellationToken) {

@@ -1,6 +1,8 @@
 //! The node-local HTTP endpoint (hyper): status JSON, health and readiness.
 //! Two listeners: a read-only one (pod network: status, health, metrics)
-//! and a local one (host loopback) that will also take drain requests.
+//! and a local one (host loopback) that also takes drain requests
+//! (`POST /v1/drain`, `POST /v1/undrain`). The read-only listener answers
+//! 404 for those paths and never acts on them.
 //! Requests are bounded: a body limit, a header read timeout and a
 //! per-request timeout, so a slow or hostile client cannot hold the agent.
 
@@ -18,6 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::drain::progress::Progress;
 use crate::index::Index;
+use crate::metrics::Metrics;
+use crate::trigger::local::LocalRequests;
 
 /// What the endpoint serves from.
 #[derive(Clone)]
@@ -30,7 +34,24 @@ pub struct Endpoint {
     pub inhibitor: Option<tokio::sync::watch::Receiver<crate::inhibitor::InhibitorStatus>>,
     /// Whether this listener may change state (local listener only).
     pub local: bool,
+    /// The agent's local drain requests (changed on the local listener only).
+    pub local_requests: LocalRequests,
+    pub metrics: Arc<Metrics>,
 }
+
+/// The body of `POST /v1/drain`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DrainBody {
+    reason: Option<String>,
+    /// Everything must be done within this many seconds (escalation as on
+    /// shutdown); none: no deadline.
+    deadline_seconds: Option<f64>,
+}
+
+const MAX_REASON: usize = 256;
+/// A deadline beyond a week is a typo, not a plan.
+const MAX_DEADLINE_SECONDS: f64 = 7.0 * 24.0 * 3600.0;
 
 const MAX_BODY: usize = 64 * 1024;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -60,18 +81,22 @@ impl Endpoint {
             "version": env!("CARGO_PKG_VERSION"),
             "drain": st,
             "inhibitor": self.inhibitor.as_ref().map(|i| i.borrow().clone()),
+            "local_request": self.local_requests.status(),
             "watches": {"pods_synced": self.pods.synced(), "node_synced": self.node_index.synced()},
         })
     }
 
     async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Full<Bytes>> {
         let (parts, body) = req.into_parts();
-        if Limited::new(body, MAX_BODY).collect().await.is_err() {
-            return error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "the request body is larger than 64 KiB",
-            );
-        }
+        let body = match Limited::new(body, MAX_BODY).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(_) => {
+                return error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "the request body is larger than 64 KiB (or was cut off)",
+                );
+            }
+        };
         match (&parts.method, parts.uri.path()) {
             (&Method::GET, "/healthz") => respond(StatusCode::OK, json!({"ok": true})),
             (&Method::GET, "/readyz") => {
@@ -89,10 +114,106 @@ impl Endpoint {
                 }
             }
             (&Method::GET, "/v1/status") => respond(StatusCode::OK, self.status_json()),
-            (_, "/healthz" | "/readyz" | "/v1/status") => {
+            (&Method::GET, "/metrics") => {
+                let mut resp = Response::new(Full::new(Bytes::from(self.metrics.encode())));
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    http::HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+                );
+                resp
+            }
+            (_, "/healthz" | "/readyz" | "/v1/status" | "/metrics") => {
                 error(StatusCode::METHOD_NOT_ALLOWED, "use GET")
             }
+            // Mutating paths do not exist on the read-only listener.
+            (_, "/v1/drain" | "/v1/undrain") if !self.local => error(
+                StatusCode::NOT_FOUND,
+                "drain requests are served on the node-local endpoint only (default 127.0.0.1:9478)",
+            ),
+            (&Method::POST, "/v1/drain") => self.drain(&body),
+            (&Method::POST, "/v1/undrain") => {
+                let had = self.local_requests.clear();
+                let mut status = self.status_json();
+                status["withdrawn"] = json!(had);
+                respond(StatusCode::ACCEPTED, status)
+            }
+            (_, "/v1/drain" | "/v1/undrain") => error(StatusCode::METHOD_NOT_ALLOWED, "use POST"),
             _ => error(StatusCode::NOT_FOUND, "unknown path"),
+        }
+    }
+}
+
+impl Endpoint {
+    /// `POST /v1/drain`: records the local request; the agent's loop wakes
+    /// and drains. An empty body means no reason and no deadline.
+    fn drain(&self, body: &[u8]) -> Response<Full<Bytes>> {
+        let parsed: DrainBody = if body.iter().all(u8::is_ascii_whitespace) {
+            DrainBody {
+                reason: None,
+                deadline_seconds: None,
+            }
+        } else {
+            match serde_json::from_slice(body) {
+                Ok(b) => b,
+                Err(e) => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        &format!(
+                            "the body is not a drain request ({e}); send {{\"reason\": \"...\", \"deadline_seconds\": N}}"
+                        ),
+                    );
+                }
+            }
+        };
+        let reason = parsed
+            .reason
+            .map(|r| r.trim().to_string())
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| "requested on the local endpoint".into());
+        if reason.chars().count() > MAX_REASON || reason.chars().any(char::is_control) {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "the reason must be one line of at most 256 characters",
+            );
+        }
+        let deadline = match parsed.deadline_seconds {
+            None => None,
+            Some(s) if s.is_finite() && s > 0.0 && s <= MAX_DEADLINE_SECONDS => {
+                Some(Duration::from_secs_f64(s))
+            }
+            Some(_) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "deadline_seconds must be a positive number of seconds, at most a week",
+                );
+            }
+        };
+        self.local_requests.request(&reason, deadline);
+        respond(StatusCode::ACCEPTED, self.status_json())
+    }
+}
+
+/// Binds the read-only listener (`readonly`) and the local one (`local`,
+/// which may change state) and serves `endpoint` on each until `stop`; a
+/// listener that cannot bind is reported and the agent goes on without it.
+pub async fn start(
+    endpoint: Endpoint,
+    readonly: Option<std::net::SocketAddr>,
+    local: Option<std::net::SocketAddr>,
+    stop: &CancellationToken,
+) {
+    for (addr, is_local) in [(readonly, false), (local, true)] {
+        let Some(addr) = addr else { continue };
+        match TcpListener::bind(addr).await {
+            Ok(l) => {
+                tracing::info!(%addr, local = is_local, "serving the status endpoint");
+                let ep = Endpoint {
+                    local: is_local,
+                    ..endpoint.clone()
+                };
+                tokio::spawn(serve(ep, l, stop.clone()));
+            }
+            Err(e) => tracing::error!(%addr, error = %e, "cannot listen; the endpoint is off"),
         }
     }
 }

@@ -76,6 +76,40 @@ enum Command {
         #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
+    /// Show where this node's drain stands (asks the agent's local endpoint).
+    Status {
+        #[command(flatten)]
+        endpoint: EndpointArg,
+        /// Output format: a table, or the status document as JSON.
+        #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// Ask the agent to drain this node. With --wait, exits 0 only once the
+    /// node is drained: `maintd drain --wait && systemctl reboot`.
+    Drain {
+        #[command(flatten)]
+        endpoint: EndpointArg,
+        /// Why (shown in the status and the agent's events).
+        #[arg(long, default_value = "maintd drain")]
+        reason: String,
+        /// Wait until the node is drained, printing progress.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up waiting after this many seconds (exit 2,
+        /// printing the blockers); the drain itself goes on.
+        #[arg(long, requires = "wait")]
+        timeout_seconds: Option<u64>,
+        /// Ask the agent to finish within this many seconds, escalating to
+        /// deletion as on shutdown.
+        #[arg(long)]
+        deadline_seconds: Option<u64>,
+    },
+    /// Withdraw the local drain request; the agent undoes the drain unless
+    /// another trigger still wants it.
+    Undrain {
+        #[command(flatten)]
+        endpoint: EndpointArg,
+    },
     /// Run a simulated Kubernetes cluster, seeded from a scenario, for kubectl
     /// and maintd to talk to.
     Sim {
@@ -97,6 +131,13 @@ enum Command {
     },
     /// Print the NodeMaintenance CRD as YAML (what deploy/crd.yaml holds).
     Crd,
+}
+
+#[derive(clap::Args)]
+struct EndpointArg {
+    /// The agent's node-local endpoint (host:port).
+    #[arg(long, env = "MAINTD_ENDPOINT", default_value = maintd::cli::DEFAULT_ENDPOINT)]
+    endpoint: String,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -151,6 +192,13 @@ fn init_logging(filter: &str, json: bool) {
     } else {
         builder.init();
     }
+}
+
+/// Ends a client command that failed: the message alone (no backtrace,
+/// whatever RUST_BACKTRACE says), exit 1.
+fn fail(e: maintd::cli::CliError) -> ! {
+    eprintln!("error: {e}");
+    std::process::exit(1)
 }
 
 #[tokio::main]
@@ -223,6 +271,55 @@ async fn main() -> anyhow::Result<()> {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
                 Output::Text => print!("{}", maintd::plan_cmd::render(&plan)),
             }
+            Ok(())
+        }
+        Command::Status { endpoint, output } => {
+            let st = maintd::cli::LocalClient::new(&endpoint.endpoint)
+                .status()
+                .await
+                .unwrap_or_else(|e| fail(e));
+            match output {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&st)?),
+                Output::Text => print!("{}", maintd::cli::render_status(&st)),
+            }
+            Ok(())
+        }
+        Command::Drain {
+            endpoint,
+            reason,
+            wait,
+            timeout_seconds,
+            deadline_seconds,
+        } => {
+            let client = maintd::cli::LocalClient::new(&endpoint.endpoint);
+            let st = client
+                .drain(&reason, deadline_seconds)
+                .await
+                .unwrap_or_else(|e| fail(e));
+            if !wait {
+                println!("{}", maintd::cli::progress_line(&st));
+                return Ok(());
+            }
+            let timeout = timeout_seconds.map(std::time::Duration::from_secs);
+            let code = maintd::cli::wait_drained(&client, timeout)
+                .await
+                .unwrap_or_else(|e| fail(e));
+            if code != 0 {
+                std::process::exit(code);
+            }
+            Ok(())
+        }
+        Command::Undrain { endpoint } => {
+            let st = maintd::cli::LocalClient::new(&endpoint.endpoint)
+                .undrain()
+                .await
+                .unwrap_or_else(|e| fail(e));
+            if st["withdrawn"] == true {
+                println!("the local drain request is withdrawn");
+            } else {
+                println!("there was no local drain request");
+            }
+            println!("{}", maintd::cli::progress_line(&st));
             Ok(())
         }
         Command::Crd => {

@@ -2,6 +2,7 @@
 //! becomes the same request to the drain engine.
 
 pub mod maintenance;
+pub mod local;
 pub mod shutdown;
 pub mod taint;
 

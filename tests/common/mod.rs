@@ -2,6 +2,8 @@
 //! object builders.
 #![allow(dead_code)]
 
+pub mod endpoint;
+
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};

@@ -1,0 +1,264 @@
+//! Prometheus metrics (prometheus-client), served as OpenMetrics text on
+//! `GET /metrics`. They are fed from the drain's progress events and the
+//! shutdown lock's status watch by one task the agent starts, so the drain
+//! engine knows nothing about them.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::drain::progress::{DrainEvent, EventKind, PodState, Progress};
+use crate::inhibitor::InhibitorStatus;
+
+type Labels = Vec<(String, String)>;
+
+/// The content type of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The agent's metrics and the registry that exposes them.
+pub struct Metrics {
+    registry: Registry,
+    /// 1 while a drain runs or holds the node drained, else 0.
+    pub drain_active: Gauge,
+    /// Seconds from drain_started to drain_completed.
+    pub drain_duration: Histogram,
+    /// Evictions by outcome: evicted, blocked (429), error. The drain
+    /// reports a blocked or failing pod once per new reason, not on every
+    /// retry, so blocked/error count (pod, reason) pairs;
+    /// `maintd_eviction_attempts_total` counts every request.
+    pub evictions: Family<Labels, Counter>,
+    /// Every eviction request sent, retries included.
+    pub eviction_attempts: Counter,
+    /// Pods of each stage of the current plan not yet gone (no series, and
+    /// so no HELP/TYPE lines either, while there is no plan).
+    pub pods_remaining: Family<Labels, Gauge>,
+    /// 1 while logind's shutdown delay lock is held.
+    pub inhibitor_held: Gauge,
+    /// logind's InhibitDelayMaxUSec, in seconds.
+    pub inhibit_delay_budget: Gauge<f64, AtomicU64>,
+    /// NodeMaintenance status writes. Registered so dashboards can rely on
+    /// it; nothing in the agent writes status yet, so it stays 0 until the
+    /// status reporter (report/status.rs) increments it.
+    pub status_writes: Counter,
+    started: Mutex<Option<Instant>>,
+}
+
+impl Metrics {
+    pub fn new() -> Arc<Metrics> {
+        let mut registry = Registry::default();
+        let drain_active = Gauge::default();
+        registry.register(
+            "maintd_drain_active",
+            "Whether this node is being drained or held drained by maintd (1) or not (0)",
+            drain_active.clone(),
+        );
+        let drain_duration = Histogram::new(exponential_buckets(1.0, 2.0, 12));
+        registry.register(
+            "maintd_drain_duration_seconds",
+            "Time from the start of a drain until every pod of its plan was gone",
+            drain_duration.clone(),
+        );
+        let evictions = Family::<Labels, Counter>::default();
+        registry.register(
+            // The encoder adds the _total suffix of a counter.
+            "maintd_evictions",
+            "Evictions by outcome: evicted; blocked (429, e.g. a PodDisruptionBudget) and error, once per pod and new reason",
+            evictions.clone(),
+        );
+        let eviction_attempts = Counter::default();
+        registry.register(
+            "maintd_eviction_attempts",
+            "Eviction requests sent, retries included",
+            eviction_attempts.clone(),
+        );
+        let pods_remaining = Family::<Labels, Gauge>::default();
+        registry.register(
+            "maintd_pods_remaining",
+            "Pods of the current drain plan not yet gone, by 1-based stage number",
+            pods_remaining.clone(),
+        );
+        let inhibitor_held = Gauge::default();
+        registry.register(
+            "maintd_inhibitor_held",
+            "Whether maintd holds logind's shutdown delay lock (1) or not (0)",
+            inhibitor_held.clone(),
+        );
+        let inhibit_delay_budget = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "maintd_inhibit_delay_budget_seconds",
+            "logind's InhibitDelayMaxUSec: how long a shutdown waits for maintd",
+            inhibit_delay_budget.clone(),
+        );
+        let status_writes = Counter::default();
+        registry.register(
+            "maintd_status_writes",
+            "NodeMaintenance status writes made by this agent",
+            status_writes.clone(),
+        );
+        let build_info = Family::<Labels, Gauge>::default();
+        build_info
+            .get_or_create(&vec![(
+                "version".to_string(),
+                env!("CARGO_PKG_VERSION").to_string(),
+            )])
+            .set(1);
+        registry.register(
+            "maintd_build_info",
+            "The maintd build; always 1",
+            build_info,
+        );
+        for outcome in ["evicted", "blocked", "error"] {
+            let _ = evictions.get_or_create(&vec![("outcome".into(), outcome.into())]);
+        }
+        Arc::new(Metrics {
+            registry,
+            drain_active,
+            drain_duration,
+            evictions,
+            eviction_attempts,
+            pods_remaining,
+            inhibitor_held,
+            inhibit_delay_budget,
+            status_writes,
+            started: Mutex::new(None),
+        })
+    }
+
+    /// The metrics as OpenMetrics text.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail; an empty answer would show it.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Applies one progress event.
+    pub fn on_event(&self, ev: &DrainEvent, progress: &Progress) {
+        let outcome = |o: &str| {
+            self.evictions
+                .get_or_create(&vec![("outcome".into(), o.into())])
+                .inc();
+        };
+        match ev.event {
+            EventKind::DrainStarted => {
+                self.drain_active.set(1);
+                *self.started.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+            }
+            EventKind::DrainCompleted => {
+                if let Some(t) = self
+                    .started
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take()
+                {
+                    self.drain_duration.observe(t.elapsed().as_secs_f64());
+                }
+            }
+            EventKind::DrainCancelled | EventKind::UndoCompleted => {
+                self.drain_active.set(0);
+                self.started
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+            }
+            EventKind::PodEvicting => {
+                self.eviction_attempts.inc();
+            }
+            EventKind::PodEvicted => outcome("evicted"),
+            EventKind::PodBlocked => outcome("blocked"),
+            EventKind::PodError => outcome("error"),
+            _ => {}
+        }
+        self.set_remaining(progress);
+    }
+
+    /// Pods remaining per stage, from the status snapshot. Stages of an
+    /// older plan are dropped so they do not linger as stale series.
+    fn set_remaining(&self, progress: &Progress) {
+        let st = progress.status();
+        self.pods_remaining.clear();
+        for s in &st.stages {
+            let left = s.pods.iter().filter(|p| p.state != PodState::Gone).count();
+            self.pods_remaining
+                .get_or_create(&vec![("stage".into(), s.stage.to_string())])
+                .set(left as i64);
+        }
+    }
+
+    fn on_inhibitor(&self, st: &InhibitorStatus) {
+        self.inhibitor_held.set(i64::from(st.held));
+        if let Some(b) = st.budget {
+            self.inhibit_delay_budget.set(b.as_secs_f64());
+        }
+    }
+
+    /// Feeds the metrics until `stop`.
+    pub async fn feed(
+        self: Arc<Self>,
+        progress: Progress,
+        mut inhibitor: Option<watch::Receiver<InhibitorStatus>>,
+        stop: CancellationToken,
+    ) {
+        let mut events = progress.subscribe();
+        if let Some(i) = &inhibitor {
+            self.on_inhibitor(&i.borrow());
+        }
+        loop {
+            tokio::select! {
+                ev = events.recv() => match ev {
+                    Ok(ev) => self.on_event(&ev, &progress),
+                    // Missed events only cost counter precision; the gauges
+                    // are re-read from the snapshot.
+                    Err(broadcast::error::RecvError::Lagged(_)) => self.set_remaining(&progress),
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                r = async {
+                    match inhibitor.as_mut() {
+                        Some(i) => i.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => match (r, inhibitor.as_mut()) {
+                    (Ok(()), Some(i)) => self.on_inhibitor(&i.borrow_and_update()),
+                    _ => inhibitor = None,
+                },
+                _ = stop.cancelled() => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_every_metric_with_its_conventional_name() {
+        let m = Metrics::new();
+        let p = Progress::new("node-a");
+        m.on_event(&p.event(EventKind::DrainStarted), &p);
+        m.on_event(&p.event(EventKind::PodBlocked), &p);
+        m.on_event(&p.event(EventKind::DrainCompleted), &p);
+        let text = m.encode();
+        for name in [
+            "maintd_drain_active 1",
+            "maintd_drain_duration_seconds_count 1",
+            "maintd_evictions_total{outcome=\"blocked\"} 1",
+            "maintd_evictions_total{outcome=\"evicted\"} 0",
+            "maintd_inhibitor_held 0",
+            "# TYPE maintd_inhibit_delay_budget_seconds gauge",
+            "maintd_status_writes_total 0",
+            "maintd_eviction_attempts_total 0",
+            "maintd_build_info{version=",
+        ] {
+            assert!(text.contains(name), "{name} missing in\n{text}");
+        }
+    }
+}
