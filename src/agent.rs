@@ -18,6 +18,7 @@ use crate::index::{Index, WatchTarget};
 use crate::inhibitor::{InhibitWhat, InhibitorConfig, InhibitorStatus, ShutdownEvent};
 use crate::logind::BusAddress;
 use crate::trigger::local::LocalRequests;
+use crate::trigger::maintenance::MaintenanceTrigger;
 use crate::trigger::shutdown::{ActiveShutdown, ShutdownTrigger};
 use crate::trigger::{self, Desired};
 
@@ -27,6 +28,8 @@ pub struct Agent {
     pub node: Index,
     /// Drain requests made on the local endpoint (`maintd drain`).
     pub local: LocalRequests,
+    /// NodeMaintenance objects that select this node.
+    pub maintenance: MaintenanceTrigger,
 }
 
 /// What woke the agent's loop.
@@ -63,6 +66,7 @@ impl Agent {
             },
             node: Index::new(),
             local: LocalRequests::new(),
+            maintenance: MaintenanceTrigger::new(),
             config,
         }
     }
@@ -80,7 +84,7 @@ impl Agent {
                 drain_taint_effect: self.drainer.taint.effect.clone(),
             },
             concurrency: self.config.concurrency,
-            stage_timeout: self.config.stage_timeout,
+            stage_timeout: desired.stage_timeout.or(self.config.stage_timeout),
             on_timeout: self.config.on_stage_timeout,
             cordon: true,
             evict: desired.evict,
@@ -96,11 +100,15 @@ impl Agent {
             d.evict = true;
             d.deadline = Some(sd.deadline);
         }
-        if let Some(node) = self.node.by_name(&self.config.node)
-            && let Some(t) = trigger::taint::find(&node, &self.config.drain_taints)
-        {
-            d.sources.push(t.describe());
-            d.evict = true;
+        if let Some(node) = self.node.by_name(&self.config.node) {
+            if let Some(t) = trigger::taint::find(&node, &self.config.drain_taints) {
+                d.sources.push(t.describe());
+                d.evict = true;
+            }
+            trigger::maintenance::contribute(
+                self.maintenance.evaluate(&node).effective.as_ref(),
+                &mut d,
+            );
         }
         // In memory only: a local request does not survive an agent restart
         // (see trigger/local.rs); `maintd drain --wait` re-sends it.
@@ -160,9 +168,24 @@ impl Agent {
             },
             stop.clone(),
         ));
-        let (pods, node) = (self.drainer.pods.clone(), self.node.clone());
+        tokio::spawn(
+            self.maintenance
+                .clone()
+                .run(self.drainer.ops.client().clone(), stop.clone()),
+        );
+        let (pods, node, maintenance) = (
+            self.drainer.pods.clone(),
+            self.node.clone(),
+            self.maintenance.clone(),
+        );
         tokio::select! {
-            _ = async { pods.wait_until(Index::synced).await; node.wait_until(Index::synced).await } => {}
+            // All three first: a restarted agent that judged before seeing the
+            // NodeMaintenance objects would undo the drain it was doing.
+            _ = async {
+                pods.wait_until(Index::synced).await;
+                node.wait_until(Index::synced).await;
+                maintenance.wait_ready().await;
+            } => {}
             _ = stop.cancelled() => return,
         }
         tracing::info!(node = %self.config.node, "watching the node and its pods");
@@ -186,6 +209,7 @@ impl Agent {
         self.start_endpoints(&stop, inhibitor, metrics).await;
         let mut running: Option<Running> = None;
         let mut node_changes = self.node.changes();
+        let mut maintenance_changes = self.maintenance.index.changes();
         let mut local_changes = self.local.subscribe();
         let mut progress = self.progress().subscribe();
         let mut warned_value: Option<String> = None;
@@ -236,6 +260,7 @@ impl Agent {
                 r = node_changes.changed() => if r.is_err() { return } else { Wake::Node },
                 // The sender lives in self.local, so this never closes.
                 _ = local_changes.changed() => Wake::Node,
+                _ = maintenance_changes.changed() => Wake::Node,
                 ev = async {
                     match shutdown.as_mut() {
                         Some(s) => s.next().await,

@@ -69,6 +69,10 @@ pub fn contribute(effective: Option<&Effective>, desired: &mut Desired) {
         if e.entries.is_some() {
             desired.entries = e.entries.clone();
         }
+        desired.stage_timeout = e
+            .stage_timeout_seconds
+            .filter(|s| *s > 0)
+            .map(|s| std::time::Duration::from_secs(s.unsigned_abs()));
     }
 }
 

@@ -1,8 +1,8 @@
 //! Triggers: everything that can ask for this node to be drained. Each one
 //! becomes the same request to the drain engine.
 
-pub mod maintenance;
 pub mod local;
+pub mod maintenance;
 pub mod shutdown;
 pub mod taint;
 
@@ -19,6 +19,8 @@ pub struct Desired {
     pub entries: Option<Vec<PlanEntry>>,
     /// A shutdown is waiting: everything must be done by then.
     pub deadline: Option<tokio::time::Instant>,
+    /// A NodeMaintenance's stageTimeoutSeconds, overriding the agent's.
+    pub stage_timeout: Option<std::time::Duration>,
 }
 
 impl Desired {

@@ -1,0 +1,114 @@
+//! A NodeMaintenance object drives the agent: stage Cordon cordons and
+//! taints only, Drain runs the plan, Complete undoes.
+
+mod common;
+
+use common::*;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::discovery::ApiResource;
+use maintd::agent::Agent;
+use maintd::config::Config;
+use maintd::drain::progress::{EventKind, Phase};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+fn resource() -> ApiResource {
+    ApiResource {
+        group: "maintd.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "maintd.io/v1alpha1".into(),
+        kind: "NodeMaintenance".into(),
+        plural: "nodemaintenances".into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cordon_then_drain_then_complete() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &maintd::api::crd().unwrap())
+        .await
+        .unwrap();
+    let agent = Agent::new(
+        Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap()),
+        sim.client_with(false),
+    );
+    let progress = agent.progress().clone();
+    let stop = CancellationToken::new();
+    tokio::spawn(agent.run(stop.clone()));
+
+    let nms: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
+        "metadata": {"name": "kernel-upgrade"},
+        "spec": {"nodeName": "node-a", "stage": "Cordon", "reason": "kernel upgrade"},
+    }))
+    .unwrap();
+    nms.create(&PostParams::default(), &obj).await.unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    eventually("node-a cordoned and tainted", || {
+        let nodes = nodes.clone();
+        async move {
+            let spec = nodes.get("node-a").await.unwrap().spec.unwrap_or_default();
+            spec.unschedulable == Some(true)
+                && spec
+                    .taints
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|t| t.key == "maintd.io/draining")
+        }
+    })
+    .await;
+    assert!(
+        sim.state.audit.entries().iter().all(|e| e.verb != "evict"),
+        "Cordon evicts nothing"
+    );
+    assert_eq!(progress.status().phase, Phase::Cordoned);
+
+    let stage = |s: &str| json!({"spec": {"stage": s}});
+    nms.patch(
+        "kernel-upgrade",
+        &PatchParams::default(),
+        &Patch::Merge(stage("Drain")),
+    )
+    .await
+    .unwrap();
+    let p = progress.clone();
+    eventually("node-a drained", || {
+        let drained = p.status().phase == Phase::Drained;
+        async move { drained }
+    })
+    .await;
+    let left: Vec<_> = pods_on(&client, "node-a")
+        .await
+        .into_iter()
+        .map(|p| p.metadata.name.unwrap())
+        .collect();
+    assert_eq!(left, ["pinned"]);
+
+    let mut events = progress.subscribe();
+    nms.patch(
+        "kernel-upgrade",
+        &PatchParams::default(),
+        &Patch::Merge(stage("Complete")),
+    )
+    .await
+    .unwrap();
+    loop {
+        if events.recv().await.unwrap().event == EventKind::UndoCompleted {
+            break;
+        }
+    }
+    let spec = nodes.get("node-a").await.unwrap().spec.unwrap_or_default();
+    assert_ne!(spec.unschedulable, Some(true), "uncordoned");
+    assert!(
+        spec.taints
+            .unwrap_or_default()
+            .iter()
+            .all(|t| t.key != "maintd.io/draining")
+    );
+    stop.cancel();
+}
