@@ -61,6 +61,11 @@ pub struct AgentArgs {
     /// most a quarter of the budget).
     #[arg(long, default_value_t = 5.0)]
     pub shutdown_margin_seconds: f64,
+    /// How many nodes of one group may hold a reboot slot (FleetLock, local
+    /// drains) at once. Control-plane nodes always form their own group of
+    /// one.
+    #[arg(long, default_value_t = 1)]
+    pub reboot_slots: u32,
     /// The D-Bus address of logind's bus; default: the system bus
     /// (DBUS_SYSTEM_BUS_ADDRESS, or /run/dbus/system_bus_socket).
     #[arg(long, env = "MAINTD_LOGIND_BUS")]
@@ -82,6 +87,8 @@ pub struct Config {
     pub listen_local: Option<std::net::SocketAddr>,
     /// Hold a shutdown delay lock (None: don't).
     pub shutdown: Option<ShutdownSettings>,
+    /// Nodes of one group that may hold a reboot slot at once.
+    pub reboot_slots: u32,
 }
 
 /// How the agent holds logind's shutdown lock.
@@ -167,7 +174,14 @@ impl AgentArgs {
             margin: Duration::from_secs_f64(self.shutdown_margin_seconds),
             bus: self.logind_bus.clone(),
         });
+        if self.reboot_slots == 0 {
+            return Err(ConfigError::Invalid {
+                name: "--reboot-slots",
+                why: "must be at least 1".into(),
+            });
+        }
         Ok(Config {
+            reboot_slots: self.reboot_slots,
             shutdown,
             listen,
             listen_local,
@@ -199,6 +213,7 @@ impl Config {
             listen: None,
             listen_local: None,
             shutdown: None,
+            reboot_slots: 1,
         }
     }
 }

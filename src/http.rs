@@ -37,6 +37,8 @@ pub struct Endpoint {
     /// The agent's local drain requests (changed on the local listener only).
     pub local_requests: LocalRequests,
     pub metrics: Arc<Metrics>,
+    /// FleetLock (Zincati): served on the local listener only.
+    pub fleetlock: Option<Arc<crate::fleetlock::FleetLock<crate::agent::AgentDrain>>>,
 }
 
 /// The body of `POST /v1/drain`.
@@ -138,6 +140,36 @@ impl Endpoint {
                 respond(StatusCode::ACCEPTED, status)
             }
             (_, "/v1/drain" | "/v1/undrain") => error(StatusCode::METHOD_NOT_ALLOWED, "use POST"),
+            (_, "/v1/pre-reboot" | "/v1/steady-state") if !self.local => error(
+                StatusCode::NOT_FOUND,
+                "FleetLock is served on the node-local endpoint only (default 127.0.0.1:9478)",
+            ),
+            (&Method::POST, path @ ("/v1/pre-reboot" | "/v1/steady-state")) => {
+                match &self.fleetlock {
+                    None => error(
+                        StatusCode::NOT_FOUND,
+                        "FleetLock is not enabled on this agent",
+                    ),
+                    Some(fl) => {
+                        let reply = if path == "/v1/pre-reboot" {
+                            fl.pre_reboot(&parts.headers, &body).await
+                        } else {
+                            fl.steady_state(&parts.headers, &body).await
+                        };
+                        let mut resp = Response::new(Full::new(Bytes::from(reply.body())));
+                        *resp.status_mut() = StatusCode::from_u16(reply.status)
+                            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                        resp.headers_mut().insert(
+                            header::CONTENT_TYPE,
+                            http::HeaderValue::from_static("application/json"),
+                        );
+                        resp
+                    }
+                }
+            }
+            (_, "/v1/pre-reboot" | "/v1/steady-state") => {
+                error(StatusCode::METHOD_NOT_ALLOWED, "use POST")
+            }
             _ => error(StatusCode::NOT_FOUND, "unknown path"),
         }
     }

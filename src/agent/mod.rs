@@ -20,6 +20,8 @@ use crate::logind::BusAddress;
 use crate::trigger::local::LocalRequests;
 use crate::trigger::maintenance::MaintenanceTrigger;
 
+mod fleet;
+pub use fleet::AgentDrain;
 mod shutdown;
 use crate::trigger::shutdown::{ActiveShutdown, ShutdownTrigger};
 use crate::trigger::{self, Desired};
@@ -326,6 +328,7 @@ impl Agent {
             local: false,
             local_requests: self.local.clone(),
             metrics,
+            fleetlock: Some(self.fleetlock(stop).await),
         };
         crate::http::start(ep, self.config.listen, self.config.listen_local, stop).await;
     }

@@ -75,5 +75,4 @@ impl Agent {
             Err(e) => self.warn(format!("releasing logind's shutdown lock: {e}")),
         }
     }
-
 }

@@ -1,0 +1,128 @@
+//! FleetLock (what Zincati speaks) on the agent: a pre-reboot takes a
+//! reboot slot and drains the node through a local drain request; a
+//! steady-state ends that request and frees the slot.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use tokio_util::sync::CancellationToken;
+
+use super::Agent;
+use crate::coordination::{DEFAULT_LEASE_DURATION, RebootSlots, groups_held_by};
+use crate::drain::progress::{Phase, Progress};
+use crate::fleetlock::{DrainControl, DrainState, FleetLock};
+use crate::trigger::local::LocalRequests;
+
+/// The drain FleetLock asks for, as a local drain request.
+pub struct AgentDrain {
+    local: LocalRequests,
+    progress: Progress,
+}
+
+const PREFIX: &str = "fleetlock: ";
+
+impl DrainControl for AgentDrain {
+    async fn request_drain(&self, reason: &str) -> Result<DrainState, String> {
+        let wanted = format!("{PREFIX}{reason}");
+        let current = self.local.current().map(|r| r.reason);
+        if current.as_deref() != Some(wanted.as_str()) {
+            // A new request restarts the drain; the status still shows the
+            // last one, so only a later call can answer "drained".
+            self.local.request(&wanted, None);
+            return Ok(DrainState::InProgress {
+                detail: "drain requested".into(),
+            });
+        }
+        let st = self.progress.status();
+        if st.phase == Phase::Drained {
+            return Ok(DrainState::Drained);
+        }
+        let blockers: Vec<String> = st
+            .blockers
+            .iter()
+            .map(|b| format!("{}/{}: {}", b.namespace, b.pod, b.reason))
+            .collect();
+        Ok(DrainState::InProgress {
+            detail: format!(
+                "{:?}, stage {}, {} of {} pods left{}",
+                st.phase,
+                st.current_stage
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                st.pods_remaining,
+                st.pods_total,
+                if blockers.is_empty() {
+                    String::new()
+                } else {
+                    format!("; blocked: {}", blockers.join("; "))
+                }
+            ),
+        })
+    }
+
+    async fn undo(&self) -> Result<(), String> {
+        if self
+            .local
+            .current()
+            .is_some_and(|r| r.reason.starts_with(PREFIX))
+        {
+            self.local.clear();
+        }
+        Ok(())
+    }
+}
+
+impl Agent {
+    /// The FleetLock handler of this agent, with the reboot slots it held
+    /// before a restart (the slot taken for a reboot stays held across it,
+    /// until Zincati's steady-state).
+    pub(super) async fn fleetlock(&self, stop: &CancellationToken) -> Arc<FleetLock<AgentDrain>> {
+        let client = self.drainer.ops.client().clone();
+        let namespace = self
+            .config
+            .own_pod
+            .as_ref()
+            .map(|(ns, _)| ns.clone())
+            .unwrap_or_else(|| "maintd".into());
+        let node: Node = self
+            .node
+            .by_name(&self.config.node)
+            .and_then(|n| serde_json::from_value((*n).clone()).ok())
+            .unwrap_or_default();
+        let max = self.config.reboot_slots;
+        let (c, ns) = (client.clone(), namespace.clone());
+        let slots_for = Box::new(move |group: &str| {
+            RebootSlots::for_node(c.clone(), &ns, &node, group, max, DEFAULT_LEASE_DURATION)
+        });
+        let drain = AgentDrain {
+            local: self.local.clone(),
+            progress: self.drainer.progress.clone(),
+        };
+        let fl = Arc::new(FleetLock::new(
+            &self.config.node,
+            slots_for,
+            drain,
+            stop.clone(),
+        ));
+        match tokio::time::timeout(
+            Duration::from_secs(10),
+            groups_held_by(client, &namespace, &self.config.node),
+        )
+        .await
+        {
+            Ok(Ok(groups)) => {
+                for g in groups {
+                    if let Err(e) = fl.resume(&g).await {
+                        tracing::warn!(group = %g, error = %e, "could not resume the reboot slot held before the restart");
+                    }
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not look up reboot slots held before the restart")
+            }
+            Err(_) => tracing::warn!("looking up reboot slots held before the restart timed out"),
+        }
+        fl
+    }
+}

@@ -1,0 +1,96 @@
+//! FleetLock over the agent's node-local endpoint, as Zincati calls it:
+//! pre-reboot takes the reboot slot and answers success only once the node
+//! is drained; steady-state undoes the drain and frees the slot.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::endpoint::{EndpointAgent, send_raw};
+use common::*;
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+
+async fn fleetlock(addr: SocketAddr, path: &str, header: bool) -> (u16, Value) {
+    let body =
+        json!({"client_params": {"id": "node-a-machine-id", "group": "default"}}).to_string();
+    let raw = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\n{}Content-Length: {}\r\n\r\n{body}",
+        if header {
+            "fleet-lock-protocol: true\r\n"
+        } else {
+            ""
+        },
+        body.len()
+    );
+    let (code, text) = send_raw(addr, raw.as_bytes()).await;
+    (
+        code,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zincati_pre_reboot_waits_for_the_drain_and_steady_state_undoes() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "maintd"}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let agent = EndpointAgent::start(&sim, "node-a").await;
+
+    let (code, reply) = fleetlock(agent.local, "/v1/pre-reboot", false).await;
+    assert_eq!(code, 400, "{reply}");
+    assert_eq!(reply["kind"], "missing_fleetlock_header");
+    let (code, _) = fleetlock(agent.readonly, "/v1/pre-reboot", true).await;
+    assert_eq!(code, 404, "not served on the read-only listener");
+
+    let (code, reply) = fleetlock(agent.local, "/v1/pre-reboot", true).await;
+    assert_eq!(code, 503, "{reply}");
+    assert_eq!(reply["kind"], "drain_in_progress");
+    let local = agent.local;
+    eventually("pre-reboot answers success once drained", || async move {
+        fleetlock(local, "/v1/pre-reboot", true).await.0 == 200
+    })
+    .await;
+    let left: Vec<_> = pods_on(&client, "node-a")
+        .await
+        .into_iter()
+        .map(|p| p.metadata.name.unwrap())
+        .collect();
+    assert_eq!(
+        left,
+        ["pinned"],
+        "the node was drained before the reboot was allowed"
+    );
+    let leases = sim
+        .state
+        .audit
+        .entries()
+        .into_iter()
+        .filter(|e| e.resource.contains("leases") && e.code < 300)
+        .count();
+    assert!(leases >= 1, "a reboot slot was taken");
+
+    let (code, reply) = fleetlock(agent.local, "/v1/steady-state", true).await;
+    assert_eq!(code, 200, "{reply}");
+    let nodes: Api<Node> = Api::all(client.clone());
+    eventually("the node is back in service", || {
+        let nodes = nodes.clone();
+        async move {
+            nodes
+                .get("node-a")
+                .await
+                .unwrap()
+                .spec
+                .unwrap_or_default()
+                .unschedulable
+                != Some(true)
+        }
+    })
+    .await;
+    agent.stop().await;
+}
