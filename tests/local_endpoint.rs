@@ -51,6 +51,7 @@ fn assert_documented_schema(st: &Value) {
         [
             "blockers",
             "current_stage",
+            "deadline",
             "finished_at",
             "last_error",
             "phase",
@@ -59,6 +60,7 @@ fn assert_documented_schema(st: &Value) {
             "skipped",
             "stages",
             "started_at",
+            "triggers",
             "updated_at",
             "warnings"
         ]

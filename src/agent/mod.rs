@@ -127,6 +127,24 @@ impl Agent {
         d
     }
 
+    /// Puts the active triggers and the deadline into the status snapshot.
+    fn publish_triggers(&self, desired: &Desired) {
+        let deadline = desired.deadline.map(|d| {
+            let left = d.saturating_duration_since(tokio::time::Instant::now());
+            let at = jiff::Timestamp::now()
+                .checked_add(jiff::SignedDuration::from_secs(left.as_secs() as i64))
+                .unwrap_or_else(|_| jiff::Timestamp::now());
+            at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+        });
+        let st = self.progress().status();
+        if st.triggers != desired.sources || st.deadline.is_some() != deadline.is_some() {
+            self.progress().update(|st| {
+                st.triggers = desired.sources.clone();
+                st.deadline = deadline;
+            });
+        }
+    }
+
     /// Whether the node or the disk still carry maintd's marks.
     fn has_leftovers(&self) -> bool {
         let marked = self.node.by_name(&self.config.node).is_some_and(|n| {
@@ -219,6 +237,7 @@ impl Agent {
         let mut warned_value: Option<String> = None;
         loop {
             let desired = self.desired(shutdown.as_ref().and_then(ShutdownTrigger::active));
+            self.publish_triggers(&desired);
             if let Some(node) = self.node.by_name(&self.config.node)
                 && let Some(t) = trigger::taint::find(&node, &self.config.drain_taints)
                 && let Some(w) = t.odd_value_warning()

@@ -123,7 +123,12 @@ impl Drainer {
     pub async fn run(&self, opts: DrainOptions, cancel: CancellationToken) {
         let p = &self.progress;
         p.update(|st| {
-            *st = Default::default();
+            // A new drain starts afresh; what triggered it stays.
+            *st = super::progress::DrainStatus {
+                triggers: std::mem::take(&mut st.triggers),
+                deadline: st.deadline.take(),
+                ..Default::default()
+            };
             st.phase = Phase::Cordoned;
             st.started_at = Some(super::progress::now_time());
         });

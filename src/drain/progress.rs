@@ -60,6 +60,12 @@ pub enum EventKind {
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct DrainStatus {
     pub phase: Phase,
+    /// What asks for the drain now, one line per trigger ("taint
+    /// maintd.io/drain=kernel:NoSchedule", "NodeMaintenance kernel-upgrade
+    /// (Drain)", "shutdown", "local: os update"); empty when idle.
+    pub triggers: Vec<String>,
+    /// Everything must be done by then (shutdown or a local deadline).
+    pub deadline: Option<String>,
     /// 1-based number of the stage running now.
     pub current_stage: Option<usize>,
     pub stages: Vec<StageStatus>,
