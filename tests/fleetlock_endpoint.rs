@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 
 use common::endpoint::{EndpointAgent, send_raw};
 use common::*;
-use k8s_openapi::api::core::v1::{Namespace, Node};
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
 use serde_json::{Value, json};
 
 async fn fleetlock(addr: SocketAddr, path: &str, header: bool) -> (u16, Value) {
@@ -35,11 +35,6 @@ async fn fleetlock(addr: SocketAddr, path: &str, header: bool) -> (u16, Value) {
 async fn zincati_pre_reboot_waits_for_the_drain_and_steady_state_undoes() {
     let sim = scenario("small.yaml").await;
     let client = sim.client();
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "maintd"}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
     let agent = EndpointAgent::start(&sim, "node-a").await;
 
     let (code, reply) = fleetlock(agent.local, "/v1/pre-reboot", false).await;
@@ -93,4 +88,37 @@ async fn zincati_pre_reboot_waits_for_the_drain_and_steady_state_undoes() {
     })
     .await;
     agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_drain_waits_for_the_reboot_slot_another_node_holds() {
+    let sim = scenario("small.yaml").await;
+    let a = EndpointAgent::start(&sim, "node-a").await;
+    let b = EndpointAgent::start(&sim, "node-b").await;
+    let drain = json!({"reason": "os update"}).to_string();
+    let (code, _) = common::endpoint::request(a.local, "POST", "/v1/drain", &drain).await;
+    assert_eq!(code, 202);
+    a.wait_status("node-a drained", |st| st["drain"]["phase"] == "Drained")
+        .await;
+    let (code, _) = common::endpoint::request(b.local, "POST", "/v1/drain", &drain).await;
+    assert_eq!(code, 202);
+    let st = b
+        .wait_status("node-b waits for the slot", |st| {
+            st["drain"]["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("held by node-a"))
+        })
+        .await;
+    assert_eq!(
+        st["drain"]["phase"], "Idle",
+        "node-b does not start while node-a holds the slot"
+    );
+    let (code, _) = common::endpoint::request(a.local, "POST", "/v1/undrain", "").await;
+    assert_eq!(code, 202);
+    b.wait_status("node-b drained once the slot is free", |st| {
+        st["drain"]["phase"] == "Drained"
+    })
+    .await;
+    a.stop().await;
+    b.stop().await;
 }

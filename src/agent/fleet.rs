@@ -9,7 +9,9 @@ use k8s_openapi::api::core::v1::Node;
 use tokio_util::sync::CancellationToken;
 
 use super::Agent;
-use crate::coordination::{DEFAULT_LEASE_DURATION, RebootSlots, groups_held_by};
+use crate::coordination::{
+    Acquisition, DEFAULT_GROUP, DEFAULT_LEASE_DURATION, RebootSlots, SlotGuard, groups_held_by,
+};
 use crate::drain::progress::{Phase, Progress};
 use crate::fleetlock::{DrainControl, DrainState, FleetLock};
 use crate::trigger::local::LocalRequests;
@@ -124,5 +126,65 @@ impl Agent {
             Err(_) => tracing::warn!("looking up reboot slots held before the restart timed out"),
         }
         fl
+    }
+}
+
+/// A local drain (`maintd drain`) is a planned drain: it waits for a
+/// reboot slot, like FleetLock. Shutdowns, taints and NodeMaintenance
+/// objects do not (they are already the cluster's or the host's decision).
+pub(super) fn is_planned_local(source: &str) -> bool {
+    source.starts_with("local: ") && !source.starts_with(&format!("local: {PREFIX}"))
+}
+
+impl Agent {
+    /// Takes a reboot slot for a local drain, renewed until released; the
+    /// error says who holds the slots (or which control-plane nodes are
+    /// NotReady).
+    pub(super) async fn take_local_slot(
+        &self,
+        stop: &CancellationToken,
+    ) -> Result<SlotGuard, String> {
+        let client = self.drainer.ops.client().clone();
+        let namespace = self
+            .config
+            .own_pod
+            .as_ref()
+            .map(|(ns, _)| ns.clone())
+            .unwrap_or_else(|| "maintd".into());
+        let node: Node = self
+            .node
+            .by_name(&self.config.node)
+            .and_then(|n| serde_json::from_value((*n).clone()).ok())
+            .unwrap_or_default();
+        let slots = RebootSlots::for_node(
+            client,
+            &namespace,
+            &node,
+            DEFAULT_GROUP,
+            self.config.reboot_slots,
+            DEFAULT_LEASE_DURATION,
+        );
+        let attempt = tokio::time::timeout(
+            Duration::from_secs(10),
+            slots.acquire_with_renewal(&self.config.node, stop.child_token()),
+        )
+        .await;
+        match attempt {
+            Err(_) => Err("taking a reboot slot timed out".into()),
+            Ok(Err(e)) => Err(format!("taking a reboot slot: {e}")),
+            Ok(Ok(Acquisition::Acquired(guard))) => Ok(guard),
+            Ok(Ok(Acquisition::Full { holders })) => {
+                let names: Vec<String> = holders.iter().map(|h| h.holder.clone()).collect();
+                Err(format!(
+                    "waiting for a reboot slot of group {:?}: held by {}",
+                    slots.group(),
+                    names.join(", ")
+                ))
+            }
+            Ok(Ok(Acquisition::QuorumBlocked { not_ready })) => Err(format!(
+                "waiting: another control-plane node is NotReady ({}); a control-plane node does not start a planned drain then",
+                not_ready.join(", ")
+            )),
+        }
     }
 }

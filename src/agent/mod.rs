@@ -232,12 +232,44 @@ impl Agent {
         let mut running: Option<Running> = None;
         let mut node_changes = self.node.changes();
         let mut maintenance_changes = self.maintenance.index.changes();
+        let mut local_slot: Option<crate::coordination::SlotGuard> = None;
+        let mut slot_retry: Option<tokio::time::Instant> = None;
         let mut local_changes = self.local.subscribe();
         let mut progress = self.progress().subscribe();
         let mut warned_value: Option<String> = None;
         loop {
-            let desired = self.desired(shutdown.as_ref().and_then(ShutdownTrigger::active));
+            let mut desired = self.desired(shutdown.as_ref().and_then(ShutdownTrigger::active));
             self.publish_triggers(&desired);
+            // A local drain on its own waits for a reboot slot; the slot goes
+            // back when the local request does.
+            let planned = desired.sources.iter().any(|s| fleet::is_planned_local(s));
+            if planned
+                && desired.sources.iter().all(|s| fleet::is_planned_local(s))
+                && local_slot.is_none()
+            {
+                match self.take_local_slot(&stop).await {
+                    Ok(guard) => {
+                        slot_retry = None;
+                        local_slot = Some(guard);
+                    }
+                    Err(why) => {
+                        self.progress().update(|st| {
+                            st.last_error = Some(why.clone());
+                            st.blockers = vec![crate::drain::progress::Blocker {
+                                namespace: String::new(),
+                                pod: String::new(),
+                                reason: why.clone(),
+                            }];
+                        });
+                        slot_retry = Some(tokio::time::Instant::now() + Duration::from_secs(5));
+                        desired = Desired::default();
+                    }
+                }
+            } else if !planned && let Some(guard) = local_slot.take() {
+                if let Err(e) = guard.release().await {
+                    self.warn(format!("giving back the reboot slot: {e}"));
+                }
+            }
             if let Some(node) = self.node.by_name(&self.config.node)
                 && let Some(t) = trigger::taint::find(&node, &self.config.drain_taints)
                 && let Some(w) = t.odd_value_warning()
@@ -279,7 +311,14 @@ impl Agent {
             let deadline = shutdown
                 .as_ref()
                 .and_then(ShutdownTrigger::release_deadline);
+            let retry_at = slot_retry;
             let wake = tokio::select! {
+                _ = async {
+                    match retry_at {
+                        Some(t) => tokio::time::sleep_until(t).await,
+                        None => std::future::pending().await,
+                    }
+                } => { slot_retry = None; Wake::Node },
                 r = node_changes.changed() => if r.is_err() { return } else { Wake::Node },
                 // The sender lives in self.local, so this never closes.
                 _ = local_changes.changed() => Wake::Node,

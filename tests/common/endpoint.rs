@@ -33,6 +33,17 @@ impl EndpointAgent {
         let dir = sim
             .static_pod_dir(node)
             .unwrap_or_else(|| "/nonexistent/manifests".into());
+        // Reboot slots (local drains, FleetLock) live in the agent's
+        // namespace, `maintd` when the agent runs outside a pod.
+        let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "maintd"}});
+        let _ = super::raw(
+            sim,
+            "POST",
+            "/api/v1/namespaces",
+            "application/json",
+            serde_json::to_vec(&ns).unwrap(),
+        )
+        .await;
         let mut config = Config::for_node(node, dir);
         let (readonly, local) = (free_port(), free_port());
         config.listen = Some(readonly);
