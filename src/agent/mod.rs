@@ -265,10 +265,11 @@ impl Agent {
                         desired = Desired::default();
                     }
                 }
-            } else if !planned && let Some(guard) = local_slot.take() {
-                if let Err(e) = guard.release().await {
-                    self.warn(format!("giving back the reboot slot: {e}"));
-                }
+            } else if !planned
+                && let Some(guard) = local_slot.take()
+                && let Err(e) = guard.release().await
+            {
+                self.warn(format!("giving back the reboot slot: {e}"));
             }
             if let Some(node) = self.node.by_name(&self.config.node)
                 && let Some(t) = trigger::taint::find(&node, &self.config.drain_taints)
