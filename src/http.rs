@@ -135,8 +135,24 @@ impl Endpoint {
             (&Method::POST, "/v1/drain") => self.drain(&body),
             (&Method::POST, "/v1/undrain") => {
                 let had = self.local_requests.clear();
+                // The reboot slot a planned drain took may still be held by
+                // this node from before a restart (the drain was for a
+                // reboot): ending the maintenance gives it back, as a
+                // FleetLock steady-state does.
+                let mut slot_released = None;
+                if let Some(fl) = &self.fleetlock {
+                    let mut headers = http::HeaderMap::new();
+                    headers.insert(
+                        crate::fleetlock::PROTOCOL_HEADER,
+                        http::HeaderValue::from_static("true"),
+                    );
+                    let body = json!({"client_params": {"id": self.node, "group": crate::coordination::DEFAULT_GROUP}});
+                    let reply = fl.steady_state(&headers, body.to_string().as_bytes()).await;
+                    slot_released = Some(reply.is_success());
+                }
                 let mut status = self.status_json();
                 status["withdrawn"] = json!(had);
+                status["slot_released"] = json!(slot_released);
                 respond(StatusCode::ACCEPTED, status)
             }
             (_, "/v1/drain" | "/v1/undrain") => error(StatusCode::METHOD_NOT_ALLOWED, "use POST"),
