@@ -76,11 +76,9 @@ impl DrainControl for AgentDrain {
 }
 
 impl Agent {
-    /// The FleetLock handler of this agent, with the reboot slots it held
-    /// before a restart (the slot taken for a reboot stays held across it,
-    /// until Zincati's steady-state).
-    pub(super) async fn fleetlock(&self, stop: &CancellationToken) -> Arc<FleetLock<AgentDrain>> {
-        let client = self.drainer.ops.client().clone();
+    /// What reboot slots are taken with: the client, the agent's namespace
+    /// (where the slot Leases live; `maintd` outside a pod) and this Node.
+    fn slot_context(&self) -> (kube::Client, String, Node) {
         let namespace = self
             .config
             .own_pod
@@ -92,6 +90,14 @@ impl Agent {
             .by_name(&self.config.node)
             .and_then(|n| serde_json::from_value((*n).clone()).ok())
             .unwrap_or_default();
+        (self.drainer.ops.client().clone(), namespace, node)
+    }
+
+    /// The FleetLock handler of this agent, with the reboot slots it held
+    /// before a restart (the slot taken for a reboot stays held across it,
+    /// until Zincati's steady-state).
+    pub(super) async fn fleetlock(&self, stop: &CancellationToken) -> Arc<FleetLock<AgentDrain>> {
+        let (client, namespace, node) = self.slot_context();
         let max = self.config.reboot_slots;
         let (c, ns) = (client.clone(), namespace.clone());
         let slots_for = Box::new(move |group: &str| {
@@ -144,18 +150,7 @@ impl Agent {
         &self,
         stop: &CancellationToken,
     ) -> Result<SlotGuard, String> {
-        let client = self.drainer.ops.client().clone();
-        let namespace = self
-            .config
-            .own_pod
-            .as_ref()
-            .map(|(ns, _)| ns.clone())
-            .unwrap_or_else(|| "maintd".into());
-        let node: Node = self
-            .node
-            .by_name(&self.config.node)
-            .and_then(|n| serde_json::from_value((*n).clone()).ok())
-            .unwrap_or_default();
+        let (client, namespace, node) = self.slot_context();
         let slots = RebootSlots::for_node(
             client,
             &namespace,
