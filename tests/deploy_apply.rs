@@ -5,48 +5,11 @@
 
 mod common;
 
-use std::process::Command;
+use common::kubectl::Kubectl;
 
 use serde_json::{Value, json};
 
 use maintd::sim::SimCluster;
-
-struct Kubectl {
-    kubeconfig: tempfile::NamedTempFile,
-    cache: tempfile::TempDir,
-}
-
-impl Kubectl {
-    fn new(sim: &SimCluster) -> Kubectl {
-        let kubeconfig = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(kubeconfig.path(), sim.kubeconfig()).unwrap();
-        Kubectl {
-            kubeconfig,
-            cache: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    async fn ok(&self, args: &[&str]) -> String {
-        let mut cmd = Command::new("kubectl");
-        cmd.args(args)
-            .env("KUBECONFIG", self.kubeconfig.path())
-            .env("KUBECACHEDIR", self.cache.path())
-            .env("HOME", self.cache.path());
-        let out = tokio::task::spawn_blocking(move || cmd.output())
-            .await
-            .unwrap()
-            .expect("kubectl is installed (the tests use it as an independent client)");
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        );
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed:\n{stdout}\n{stderr}"
-        );
-        stdout
-    }
-}
 
 /// What one agent applies: its own entry, under its own field manager.
 async fn apply_entry(sim: &SimCluster, nm: &str, node: &str, phase: &str, remaining: i32) {

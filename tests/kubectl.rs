@@ -4,60 +4,12 @@
 
 mod common;
 
+use common::kubectl::Kubectl;
+
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use maintd::sim::{SimCluster, SimConfig, scenario};
-use serde_json::Value;
-
-struct Kubectl {
-    kubeconfig: tempfile::NamedTempFile,
-    cache: tempfile::TempDir,
-}
-
-impl Kubectl {
-    fn new(sim: &SimCluster) -> Kubectl {
-        let kubeconfig = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(kubeconfig.path(), sim.kubeconfig()).unwrap();
-        Kubectl {
-            kubeconfig,
-            cache: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    /// Runs kubectl; returns (success, stdout, stderr).
-    async fn run(&self, args: &[&str]) -> (bool, String, String) {
-        let mut cmd = Command::new("kubectl");
-        cmd.args(args)
-            .env("KUBECONFIG", self.kubeconfig.path())
-            .env("KUBECACHEDIR", self.cache.path())
-            .env("HOME", self.cache.path());
-        let out = tokio::task::spawn_blocking(move || cmd.output())
-            .await
-            .unwrap()
-            .expect(
-                "kubectl is installed on this machine (the tests use it as an independent client)",
-            );
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    async fn ok(&self, args: &[&str]) -> String {
-        let (ok, out, err) = self.run(args).await;
-        assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
-        out
-    }
-
-    async fn json(&self, args: &[&str]) -> Value {
-        let mut all = args.to_vec();
-        all.extend(["-o", "json"]);
-        serde_json::from_str(&self.ok(&all).await).unwrap()
-    }
-}
 
 async fn realistic() -> SimCluster {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/realistic.yaml");

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod endpoint;
+pub mod kubectl;
 
 use std::time::Duration;
 

@@ -1,0 +1,55 @@
+//! kubectl, run against a simulated cluster as an independent client, with
+//! its own kubeconfig and a discovery cache of its own.
+
+use std::process::Command;
+
+use maintd::sim::SimCluster;
+use serde_json::Value;
+
+pub struct Kubectl {
+    kubeconfig: tempfile::NamedTempFile,
+    cache: tempfile::TempDir,
+}
+
+impl Kubectl {
+    pub fn new(sim: &SimCluster) -> Kubectl {
+        let kubeconfig = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(kubeconfig.path(), sim.kubeconfig()).unwrap();
+        Kubectl {
+            kubeconfig,
+            cache: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// Runs kubectl; returns (success, stdout, stderr).
+    pub async fn run(&self, args: &[&str]) -> (bool, String, String) {
+        let mut cmd = Command::new("kubectl");
+        cmd.args(args)
+            .env("KUBECONFIG", self.kubeconfig.path())
+            .env("KUBECACHEDIR", self.cache.path())
+            .env("HOME", self.cache.path());
+        let out = tokio::task::spawn_blocking(move || cmd.output())
+            .await
+            .unwrap()
+            .expect(
+                "kubectl is installed on this machine (the tests use it as an independent client)",
+            );
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    pub async fn ok(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.run(args).await;
+        assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
+        out
+    }
+
+    pub async fn json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&self.ok(&all).await).unwrap()
+    }
+}
