@@ -184,15 +184,22 @@ impl Progress {
     }
 
     pub fn emit(&self, ev: DrainEvent) {
+        // Log lines carry the pod as namespace/name, empty when the event is
+        // not about one pod.
+        let pod = match (&ev.namespace, &ev.pod) {
+            (Some(ns), Some(p)) => format!("{ns}/{p}"),
+            _ => String::new(),
+        };
+        let stage = ev.stage.map(|s| s.to_string()).unwrap_or_default();
         match ev.event {
             EventKind::PodBlocked
             | EventKind::PodError
             | EventKind::Warning
             | EventKind::StageTimedOut => {
-                tracing::warn!(node = %ev.node, pod = ?ev.pod, namespace = ?ev.namespace, stage = ?ev.stage, message = %ev.message, "{:?}", ev.event)
+                tracing::warn!(node = %ev.node, %pod, %stage, message = %ev.message, "{:?}", ev.event)
             }
             _ => {
-                tracing::info!(node = %ev.node, pod = ?ev.pod, namespace = ?ev.namespace, stage = ?ev.stage, message = %ev.message, "{:?}", ev.event)
+                tracing::info!(node = %ev.node, %pod, %stage, message = %ev.message, "{:?}", ev.event)
             }
         }
         // Nobody listening is fine.
