@@ -14,5 +14,6 @@ pub mod inhibitor;
 pub mod logind;
 pub mod metrics;
 pub mod plan_cmd;
+pub mod report;
 pub mod sim;
 pub mod trigger;

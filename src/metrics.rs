@@ -44,9 +44,8 @@ pub struct Metrics {
     pub inhibitor_held: Gauge,
     /// logind's InhibitDelayMaxUSec, in seconds.
     pub inhibit_delay_budget: Gauge<f64, AtomicU64>,
-    /// NodeMaintenance status writes. Registered so dashboards can rely on
-    /// it; nothing in the agent writes status yet, so it stays 0 until the
-    /// status reporter (report/status.rs) increments it.
+    /// NodeMaintenance status writes, counted by the status reporter
+    /// (`report/`).
     pub status_writes: Counter,
     started: Mutex<Option<Instant>>,
 }

@@ -104,11 +104,86 @@ async fn cordon_then_drain_then_complete() {
     }
     let spec = nodes.get("node-a").await.unwrap().spec.unwrap_or_default();
     assert_ne!(spec.unschedulable, Some(true), "uncordoned");
+    eventually("the entry says Completed", || {
+        let api = nms.clone();
+        async move {
+            api.get("kernel-upgrade").await.unwrap().data["status"]["nodes"][0]["phase"]
+                == "Completed"
+        }
+    })
+    .await;
     assert!(
         spec.taints
             .unwrap_or_default()
             .iter()
             .all(|t| t.key != "maintd.io/draining")
+    );
+    stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_agents_share_one_object_without_overwriting_each_other() {
+    let sim = scenario("realistic.yaml").await;
+    let client = sim.client();
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &maintd::api::crd().unwrap())
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    for node in ["node-a", "node-b", "node-c"] {
+        let dir = sim.static_pod_dir(node).unwrap();
+        let agent = Agent::new(Config::for_node(node, dir), sim.client_with(false));
+        tokio::spawn(agent.run(stop.clone()));
+    }
+    let nms: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
+        "metadata": {"name": "fleet-cordon"},
+        "spec": {"nodeSelector": {"matchLabels": {"kubernetes.io/os": "linux"}}, "stage": "Cordon", "reason": "rack move"},
+    }))
+    .unwrap();
+    nms.create(&PostParams::default(), &obj).await.unwrap();
+    eventually("every node's entry reads Cordoned", || {
+        let api = nms.clone();
+        async move {
+            let nm = api.get("fleet-cordon").await.unwrap();
+            let mut entries: Vec<(String, String)> = nm.data["status"]["nodes"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|e| {
+                            (
+                                e["nodeName"].as_str().unwrap_or("").to_string(),
+                                e["phase"].as_str().unwrap_or("").to_string(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            entries.sort();
+            entries
+                == [
+                    ("node-a".into(), "Cordoned".into()),
+                    ("node-b".into(), "Cordoned".into()),
+                    ("node-c".into(), "Cordoned".into()),
+                ]
+        }
+    })
+    .await;
+    let nm = nms.get("fleet-cordon").await.unwrap();
+    let managers: Vec<_> = nm
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    for node in ["node-a", "node-b", "node-c"] {
+        assert!(managers.contains(&format!("maintd/{node}")), "{managers:?}");
+    }
+    assert!(
+        sim.state.audit.entries().iter().all(|e| e.verb != "evict"),
+        "Cordon evicts nothing"
     );
     stop.cancel();
 }

@@ -228,6 +228,15 @@ impl Agent {
             inhibitor.clone(),
             stop.clone(),
         ));
+        let reporter = crate::report::StatusReporter {
+            client: self.drainer.ops.client().clone(),
+            node: self.config.node.clone(),
+            progress: self.drainer.progress.clone(),
+            maintenance: self.maintenance.clone(),
+            node_index: self.node.clone(),
+            writes: metrics.status_writes.clone(),
+        };
+        tokio::spawn(reporter.run(stop.clone()));
         self.start_endpoints(&stop, inhibitor, metrics).await;
         let mut running: Option<Running> = None;
         let mut node_changes = self.node.changes();

@@ -1,0 +1,177 @@
+//! What the agent tells the cluster about its node. One component applies
+//! the node's entry into every NodeMaintenance that selects it (server-side
+//! apply under `maintd/<node>`, so agents never overwrite each other),
+//! coalesced to at most one write a second per object with the last state
+//! always written, every call bounded by a timeout.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use http::Request;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::status::{SUMMARY_MANAGER, entry_apply_body, summary_update};
+use crate::api::{self, NodeStatus, PendingPod, Phase as ApiPhase, Stage};
+use crate::drain::progress::{DrainStatus, Phase, Progress};
+use crate::index::Index;
+use crate::trigger::maintenance::MaintenanceTrigger;
+
+/// Writes NodeMaintenance status for one node.
+pub struct StatusReporter {
+    pub client: kube::Client,
+    pub node: String,
+    pub progress: Progress,
+    pub maintenance: MaintenanceTrigger,
+    pub node_index: Index,
+    /// Counts the writes (`maintd_status_writes_total`).
+    pub writes: prometheus_client::metrics::counter::Counter,
+}
+
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// This node's entry from the drain's status and the object's stage.
+pub fn entry(node: &str, stage: &Stage, st: &DrainStatus) -> NodeStatus {
+    let phase = match (stage, st.phase) {
+        (Stage::Complete, _) => ApiPhase::Completed,
+        (_, Phase::Idle) => ApiPhase::Pending,
+        (_, Phase::Cordoned) => ApiPhase::Cordoned,
+        (_, Phase::Draining) => ApiPhase::Draining,
+        (_, Phase::Blocked) => ApiPhase::Blocked,
+        (_, Phase::Drained) => ApiPhase::Drained,
+        (_, Phase::Failed) => ApiPhase::Failed,
+    };
+    let total = i32::try_from(st.pods_total).unwrap_or(i32::MAX);
+    let remaining = i32::try_from(st.pods_remaining).unwrap_or(i32::MAX);
+    let progress = if total == 0 {
+        if phase == ApiPhase::Drained { 100 } else { 0 }
+    } else {
+        (total - remaining) * 100 / total
+    };
+    let time = |t: &Option<String>| {
+        t.as_deref()
+            .and_then(|s| s.parse().ok())
+            .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time)
+    };
+    NodeStatus {
+        node_name: node.to_string(),
+        phase,
+        stage: Some(stage.clone()),
+        pods_total: total,
+        pods_remaining: remaining,
+        drain_progress: progress.clamp(0, 100),
+        pending_pods: st
+            .blockers
+            .iter()
+            .filter(|b| !b.pod.is_empty())
+            .map(|b| PendingPod {
+                namespace: b.namespace.clone(),
+                name: b.pod.clone(),
+                reason: "eviction refused".into(),
+                blocker: Some(b.reason.clone()),
+            })
+            .collect(),
+        last_error: st.last_error.clone(),
+        started_at: time(&st.started_at),
+        updated_at: time(&st.updated_at),
+    }
+}
+
+impl StatusReporter {
+    /// Runs until `stop`: wakes on drain progress and on the objects
+    /// changing, writes at most once a second.
+    pub async fn run(self, stop: CancellationToken) {
+        let mut events = self.progress.subscribe();
+        let mut objects = self.maintenance.index.changes();
+        let mut written: BTreeMap<String, Value> = BTreeMap::new();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut dirty = true;
+        loop {
+            tokio::select! {
+                _ = events.recv() => dirty = true,
+                r = objects.changed() => { if r.is_err() { return } dirty = true }
+                _ = tick.tick() => {
+                    if dirty {
+                        dirty = !self.write_all(&mut written).await;
+                    }
+                }
+                _ = stop.cancelled() => return,
+            }
+        }
+    }
+
+    /// Applies this node's entry to every object selecting it, skipping an
+    /// entry identical to the last one written. Returns false if a write
+    /// failed (it is retried on the next tick).
+    async fn write_all(&self, written: &mut BTreeMap<String, Value>) -> bool {
+        let Some(node) = self.node_index.by_name(&self.node) else {
+            return true;
+        };
+        let eval = self.maintenance.evaluate(&node);
+        let st = self.progress.status();
+        let mut ok = true;
+        for nm in eval.valid.iter().filter(|nm| api::selects(nm, &node)) {
+            let name = nm.metadata.name.clone().unwrap_or_default();
+            let mut e = entry(&self.node, &nm.spec.stage, &st);
+            // The entry's times change on every update; compare without them.
+            let key = serde_json::to_value(NodeStatus {
+                updated_at: None,
+                ..e.clone()
+            })
+            .unwrap_or_default();
+            if written.get(&name) == Some(&key) {
+                continue;
+            }
+            if e.updated_at.is_none() {
+                e.updated_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    jiff::Timestamp::now(),
+                ));
+            }
+            let manager = format!("maintd/{}", self.node);
+            if self
+                .apply(&name, &manager, entry_apply_body(&name, &e))
+                .await
+            {
+                written.insert(name.clone(), key);
+            } else {
+                ok = false;
+            }
+            if let Some(body) = summary_update(nm, &self.node) {
+                ok &= self.apply(&name, SUMMARY_MANAGER, body).await;
+            }
+        }
+        ok
+    }
+
+    async fn apply(&self, name: &str, manager: &str, body: Value) -> bool {
+        let path = format!(
+            "{}/{name}/status?fieldManager={manager}&force=true",
+            api::NODEMAINTENANCES_PATH
+        );
+        let req = match Request::patch(path)
+            .header("content-type", "application/apply-patch+yaml")
+            .body(serde_json::to_vec(&body).unwrap_or_default())
+        {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(%name, error = %e, "building the status write");
+                return false;
+            }
+        };
+        match tokio::time::timeout(WRITE_TIMEOUT, self.client.request::<Value>(req)).await {
+            Ok(Ok(_)) => {
+                self.writes.inc();
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(%name, error = %e, "writing NodeMaintenance status; will retry");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(%name, "writing NodeMaintenance status timed out; will retry");
+                false
+            }
+        }
+    }
+}
