@@ -187,3 +187,58 @@ async fn three_agents_share_one_object_without_overwriting_each_other() {
     );
     stop.cancel();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_object_gets_a_condition_naming_the_problem_and_causes_no_action() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &maintd::api::crd().unwrap())
+        .await
+        .unwrap();
+    let agent = Agent::new(
+        Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap()),
+        sim.client_with(false),
+    );
+    let stop = CancellationToken::new();
+    tokio::spawn(agent.run(stop.clone()));
+    let nms: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
+        "metadata": {"name": "both"},
+        "spec": {"nodeName": "node-a", "nodeSelector": {"matchLabels": {"a": "b"}}, "stage": "Drain"},
+    }))
+    .unwrap();
+    nms.create(&PostParams::default(), &obj).await.unwrap();
+    eventually("the Valid condition says what is wrong", || {
+        let api = nms.clone();
+        async move {
+            let nm = api.get("both").await.unwrap();
+            nm.data["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c["type"] == "Valid"
+                            && c["status"] == "False"
+                            && c["message"].as_str().is_some_and(|m| {
+                                m.contains("nodeName") && m.contains("nodeSelector")
+                            })
+                    })
+                })
+        }
+    })
+    .await;
+    let spec = Api::<Node>::all(client.clone())
+        .get("node-a")
+        .await
+        .unwrap()
+        .spec
+        .unwrap_or_default();
+    assert_ne!(
+        spec.unschedulable,
+        Some(true),
+        "no action on an invalid object"
+    );
+    assert!(sim.state.audit.entries().iter().all(|e| e.verb != "evict"));
+    stop.cancel();
+}

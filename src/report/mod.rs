@@ -11,7 +11,9 @@ use http::Request;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::status::{SUMMARY_MANAGER, entry_apply_body, summary_update};
+use crate::api::status::{
+    SUMMARY_MANAGER, VALIDATION_MANAGER, entry_apply_body, summary_update, validation_update,
+};
 use crate::api::{self, NodeStatus, PendingPod, Phase as ApiPhase, Stage};
 use crate::drain::progress::{DrainStatus, Phase, Progress};
 use crate::index::Index;
@@ -87,13 +89,16 @@ impl StatusReporter {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut dirty = true;
+        let mut condition: Option<(String, String, String)> = None;
         loop {
             tokio::select! {
                 _ = events.recv() => dirty = true,
                 r = objects.changed() => { if r.is_err() { return } dirty = true }
                 _ = tick.tick() => {
                     if dirty {
-                        dirty = !self.write_all(&mut written).await;
+                        let objects_ok = self.write_all(&mut written).await;
+                        let node_ok = self.write_condition(&mut condition).await;
+                        dirty = !(objects_ok && node_ok);
                     }
                 }
                 _ = stop.cancelled() => return,
@@ -141,6 +146,70 @@ impl StatusReporter {
                 ok &= self.apply(&name, SUMMARY_MANAGER, body).await;
             }
         }
+        // An invalid object that selects nobody in particular still gets a
+        // condition saying what is wrong (the same from every agent).
+        let now = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        for bad in &eval.invalid {
+            if let Some(body) = validation_update(&bad.object, &Err(bad.problems.clone()), &now) {
+                ok &= self.apply(&bad.name, VALIDATION_MANAGER, body).await;
+            }
+        }
+        ok
+    }
+
+    /// maintd's condition on the Node (type `MaintdDrain`): True while the
+    /// node is draining or drained, with the progress and the first blocker.
+    /// Written only when it changes.
+    async fn write_condition(&self, last: &mut Option<(String, String, String)>) -> bool {
+        let st = self.progress.status();
+        let (status, reason) = match st.phase {
+            Phase::Idle => ("False", "Idle"),
+            Phase::Cordoned => ("False", "Cordoned"),
+            Phase::Draining => ("True", "Draining"),
+            Phase::Blocked => ("True", "Blocked"),
+            Phase::Drained => ("True", "Drained"),
+            Phase::Failed => ("False", "Failed"),
+        };
+        let gone = st.pods_total.saturating_sub(st.pods_remaining);
+        let mut message = if st.triggers.is_empty() {
+            "no maintenance".to_string()
+        } else {
+            format!(
+                "{gone}/{} pods drained for {}",
+                st.pods_total,
+                st.triggers.join(", ")
+            )
+        };
+        if let Some(b) = st.blockers.first() {
+            message.push_str(&format!(
+                "; waiting on {}/{}: {}",
+                b.namespace, b.pod, b.reason
+            ));
+        }
+        let now = (status.to_string(), reason.to_string(), message.clone());
+        if last.as_ref() == Some(&now) {
+            return true;
+        }
+        let time = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let body = serde_json::json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node},
+            "status": {"conditions": [{
+                "type": "MaintdDrain", "status": status, "reason": reason, "message": message,
+                "lastTransitionTime": time, "lastHeartbeatTime": time,
+            }]},
+        });
+        let path = format!(
+            "/api/v1/nodes/{}/status?fieldManager=maintd/{}&force=true",
+            self.node, self.node
+        );
+        let ok = self.patch_apply(path, &body).await;
+        if ok {
+            *last = Some(now);
+        }
         ok
     }
 
@@ -149,9 +218,16 @@ impl StatusReporter {
             "{}/{name}/status?fieldManager={manager}&force=true",
             api::NODEMAINTENANCES_PATH
         );
+        self.patch_apply(path, &body).await
+    }
+
+    /// One server-side apply, bounded by a timeout; failures are logged and
+    /// retried by the caller's next tick.
+    async fn patch_apply(&self, path: String, body: &Value) -> bool {
+        let name = path.clone();
         let req = match Request::patch(path)
             .header("content-type", "application/apply-patch+yaml")
-            .body(serde_json::to_vec(&body).unwrap_or_default())
+            .body(serde_json::to_vec(body).unwrap_or_default())
         {
             Ok(r) => r,
             Err(e) => {
