@@ -88,6 +88,81 @@ async fn cordon_then_drain_then_complete() {
         .map(|p| p.metadata.name.unwrap())
         .collect();
     assert_eq!(left, ["pinned"]);
+    // The agent's entry in the object's status says so, under its own manager.
+    let api = nms.clone();
+    eventually("the object's status shows node-a drained", || {
+        let api = api.clone();
+        async move {
+            let nm = api.get("kernel-upgrade").await.unwrap();
+            let e = &nm.data["status"]["nodes"][0];
+            e["nodeName"] == "node-a"
+                && e["phase"] == "Drained"
+                && e["podsRemaining"] == 0
+                && e["drainProgress"] == 100
+        }
+    })
+    .await;
+    let nm = nms.get("kernel-upgrade").await.unwrap();
+    let managers: Vec<_> = nm
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert!(
+        managers.contains(&"maintd/node-a".to_string()),
+        "{managers:?}"
+    );
+    let counted = api.clone();
+    eventually("the printer columns' counts", || {
+        let api = counted.clone();
+        async move { api.get("kernel-upgrade").await.unwrap().data["status"]["drainedNodes"] == 1 }
+    })
+    .await;
+    // Events say what happened, on the Node and on the evicted pods (the
+    // recorder writes them as the drain goes, so wait for them).
+    let sim_ref = &sim;
+    eventually("the drain's Events are recorded", || async move {
+        let (_, events) = raw(sim_ref, "GET", "/apis/events.k8s.io/v1/events", "", vec![]).await;
+        let items = events["items"].as_array().cloned().unwrap_or_default();
+        let has = |kind: &str, reason: &str| {
+            items
+                .iter()
+                .any(|e| e["regarding"]["kind"] == kind && e["reason"] == reason)
+        };
+        let blocked_names_budget = items.iter().any(|e| {
+            e["reason"] == "EvictionBlocked"
+                && e["note"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("disruption budget web"))
+        });
+        has("Node", "DrainStarted")
+            && has("Node", "Drained")
+            && has("Pod", "Evicted")
+            && blocked_names_budget
+    })
+    .await;
+    // The Node's own condition says the same.
+    eventually("the node condition reads Drained", || {
+        let nodes = nodes.clone();
+        async move {
+            let node = nodes.get("node-a").await.unwrap();
+            node.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| {
+                    c.type_ == "MaintdDrain"
+                        && c.status == "True"
+                        && c.reason.as_deref() == Some("Drained")
+                        && c.message
+                            .as_deref()
+                            .is_some_and(|m| m.contains("NodeMaintenance kernel-upgrade"))
+                })
+        }
+    })
+    .await;
 
     let mut events = progress.subscribe();
     nms.patch(

@@ -237,6 +237,12 @@ impl Agent {
             writes: metrics.status_writes.clone(),
         };
         tokio::spawn(reporter.run(stop.clone()));
+        let recorder = crate::report::events::EventRecorder {
+            client: self.drainer.ops.client().clone(),
+            node: self.config.node.clone(),
+            progress: self.drainer.progress.clone(),
+        };
+        tokio::spawn(recorder.run(stop.clone()));
         self.start_endpoints(&stop, inhibitor, metrics).await;
         let mut running: Option<Running> = None;
         let mut node_changes = self.node.changes();

@@ -4,6 +4,8 @@
 //! coalesced to at most one write a second per object with the last state
 //! always written, every call bounded by a timeout.
 
+pub mod events;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -125,6 +127,11 @@ impl StatusReporter {
                 ..e.clone()
             })
             .unwrap_or_default();
+            // The counts are judged on the object as last seen, whether or
+            // not this entry changed.
+            if let Some(body) = summary_update(nm, &self.node) {
+                ok &= self.apply(&name, SUMMARY_MANAGER, body).await;
+            }
             if written.get(&name) == Some(&key) {
                 continue;
             }
@@ -141,9 +148,6 @@ impl StatusReporter {
                 written.insert(name.clone(), key);
             } else {
                 ok = false;
-            }
-            if let Some(body) = summary_update(nm, &self.node) {
-                ok &= self.apply(&name, SUMMARY_MANAGER, body).await;
             }
         }
         // An invalid object that selects nobody in particular still gets a

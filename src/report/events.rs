@@ -1,0 +1,223 @@
+//! Kubernetes Events (events.k8s.io/v1) for what the drain does: on the
+//! Node (drain started, stage started, eviction blocked, drained, undone,
+//! static pods stashed and restored, shutdown delayed) and on each evicted
+//! pod. A repeat of the same event within ten minutes updates the first
+//! one's series instead of creating another, as the kubelet's recorder does.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use http::Request;
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+
+use crate::drain::progress::{DrainEvent, EventKind, Progress};
+
+const SERIES_WINDOW: Duration = Duration::from_secs(600);
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Records the drain's events as Kubernetes Events.
+pub struct EventRecorder {
+    pub client: kube::Client,
+    pub node: String,
+    pub progress: Progress,
+}
+
+/// (namespace, regarding kind, regarding name, reason, note) of an Event.
+type Key = (String, String, String, String, String);
+
+struct Recorded {
+    name: String,
+    count: u64,
+    first: Instant,
+}
+
+/// What an agent event becomes: (regarding kind, namespace, name, reason,
+/// type, note), or None for events not worth an Event.
+fn translate(
+    node: &str,
+    ev: &DrainEvent,
+) -> Option<(
+    &'static str,
+    String,
+    String,
+    &'static str,
+    &'static str,
+    String,
+)> {
+    let on_node = |reason: &'static str, kind: &'static str, note: String| {
+        Some((
+            "Node",
+            "default".to_string(),
+            node.to_string(),
+            reason,
+            kind,
+            note,
+        ))
+    };
+    let pod = || {
+        (
+            ev.namespace.clone().unwrap_or_default(),
+            ev.pod.clone().unwrap_or_default(),
+        )
+    };
+    match ev.event {
+        EventKind::DrainStarted => on_node(
+            "DrainStarted",
+            "Normal",
+            format!("maintd started draining the node: {}", ev.message),
+        ),
+        EventKind::StageStarted => on_node(
+            "DrainStageStarted",
+            "Normal",
+            format!("stage {}: {}", ev.stage.unwrap_or(0), ev.message),
+        ),
+        EventKind::PodBlocked => {
+            let (ns, name) = pod();
+            on_node(
+                "EvictionBlocked",
+                "Warning",
+                format!("eviction of {ns}/{name} refused: {}", ev.message),
+            )
+        }
+        EventKind::DrainCompleted => on_node(
+            "Drained",
+            "Normal",
+            format!("maintd drained the node: {}", ev.message),
+        ),
+        EventKind::NodeUnmarked => on_node(
+            "Undrained",
+            "Normal",
+            format!("maintenance over: {}", ev.message),
+        ),
+        EventKind::StaticPodsStashed => on_node("StaticPodsStashed", "Normal", ev.message.clone()),
+        EventKind::StaticPodsRestored => {
+            on_node("StaticPodsRestored", "Normal", ev.message.clone())
+        }
+        EventKind::ShutdownPreparing => on_node("ShutdownDelayed", "Normal", ev.message.clone()),
+        EventKind::StageTimedOut => on_node("DrainStageTimedOut", "Warning", ev.message.clone()),
+        EventKind::PodEvicted => {
+            let (ns, name) = pod();
+            Some((
+                "Pod",
+                ns,
+                name,
+                "Evicted",
+                "Normal",
+                format!("evicted by maintd draining node {node}"),
+            ))
+        }
+        _ => None,
+    }
+}
+
+impl EventRecorder {
+    pub async fn run(self, stop: CancellationToken) {
+        let mut rx = self.progress.subscribe();
+        let mut seen: HashMap<Key, Recorded> = HashMap::new();
+        loop {
+            let ev = tokio::select! {
+                ev = rx.recv() => ev,
+                _ = stop.cancelled() => return,
+            };
+            let ev = match ev {
+                Ok(ev) => ev,
+                Err(RecvError::Lagged(n)) => {
+                    tracing::debug!(
+                        missed = n,
+                        "event recorder fell behind; some Events were not recorded"
+                    );
+                    continue;
+                }
+                Err(RecvError::Closed) => return,
+            };
+            let Some((kind, ns, name, reason, type_, note)) = translate(&self.node, &ev) else {
+                continue;
+            };
+            if ns.is_empty() || name.is_empty() {
+                continue;
+            }
+            let key: Key = (
+                ns.clone(),
+                kind.to_string(),
+                name.clone(),
+                reason.to_string(),
+                note.clone(),
+            );
+            seen.retain(|_, r| r.first.elapsed() < SERIES_WINDOW);
+            if let Some(r) = seen.get_mut(&key) {
+                r.count += 1;
+                let patch = json!({"series": {"count": r.count, "lastObservedTime": micro_now()}});
+                let name = r.name.clone();
+                self.call(
+                    Request::patch(format!(
+                        "/apis/events.k8s.io/v1/namespaces/{ns}/events/{name}"
+                    )),
+                    "application/merge-patch+json",
+                    &patch,
+                )
+                .await;
+                continue;
+            }
+            let event_name = format!("{name}.{:016x}", rand::random::<u64>());
+            let body = json!({
+                "apiVersion": "events.k8s.io/v1", "kind": "Event",
+                "metadata": {"name": event_name, "namespace": ns},
+                "eventTime": micro_now(),
+                "reportingController": "maintd.io/agent",
+                "reportingInstance": format!("maintd-{}", self.node),
+                "action": "Drain",
+                "reason": reason,
+                "type": type_,
+                "note": note.chars().take(1024).collect::<String>(),
+                "regarding": {"apiVersion": "v1", "kind": kind, "name": name, "namespace": if kind == "Node" { "" } else { ns.as_str() }},
+            });
+            if self
+                .call(
+                    Request::post(format!("/apis/events.k8s.io/v1/namespaces/{ns}/events")),
+                    "application/json",
+                    &body,
+                )
+                .await
+            {
+                seen.insert(
+                    key,
+                    Recorded {
+                        name: event_name,
+                        count: 1,
+                        first: Instant::now(),
+                    },
+                );
+            }
+        }
+    }
+
+    async fn call(
+        &self,
+        builder: http::request::Builder,
+        content_type: &str,
+        body: &Value,
+    ) -> bool {
+        let Ok(req) = builder
+            .header("content-type", content_type)
+            .body(serde_json::to_vec(body).unwrap_or_default())
+        else {
+            return false;
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, self.client.request::<Value>(req)).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "recording an Event failed");
+                false
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+fn micro_now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string()
+}
