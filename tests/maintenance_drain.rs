@@ -24,30 +24,46 @@ fn resource() -> ApiResource {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cordon_then_drain_then_complete() {
-    let sim = scenario("small.yaml").await;
-    let client = sim.client();
+async fn install_crd(client: &kube::Client) {
     Api::<CustomResourceDefinition>::all(client.clone())
         .create(&PostParams::default(), &maintd::api::crd().unwrap())
         .await
         .unwrap();
-    let agent = Agent::new(
-        Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap()),
+}
+
+fn agent_for(sim: &maintd::sim::SimCluster, node: &str) -> Agent {
+    Agent::new(
+        Config::for_node(node, sim.static_pod_dir(node).unwrap()),
         sim.client_with(false),
-    );
+    )
+}
+
+async fn create(nms: &Api<DynamicObject>, name: &str, spec: serde_json::Value) {
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    nms.create(&PostParams::default(), &obj).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cordon_then_drain_then_complete() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    install_crd(&client).await;
+    let agent = agent_for(&sim, "node-a");
     let progress = agent.progress().clone();
     let stop = CancellationToken::new();
     tokio::spawn(agent.run(stop.clone()));
 
     let nms: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
-        "metadata": {"name": "kernel-upgrade"},
-        "spec": {"nodeName": "node-a", "stage": "Cordon", "reason": "kernel upgrade"},
-    }))
-    .unwrap();
-    nms.create(&PostParams::default(), &obj).await.unwrap();
+    create(
+        &nms,
+        "kernel-upgrade",
+        json!({"nodeName": "node-a", "stage": "Cordon", "reason": "kernel upgrade"}),
+    )
+    .await;
     let nodes: Api<Node> = Api::all(client.clone());
     eventually("node-a cordoned and tainted", || {
         let nodes = nodes.clone();
@@ -200,24 +216,13 @@ async fn cordon_then_drain_then_complete() {
 async fn three_agents_share_one_object_without_overwriting_each_other() {
     let sim = scenario("realistic.yaml").await;
     let client = sim.client();
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &maintd::api::crd().unwrap())
-        .await
-        .unwrap();
+    install_crd(&client).await;
     let stop = CancellationToken::new();
     for node in ["node-a", "node-b", "node-c"] {
-        let dir = sim.static_pod_dir(node).unwrap();
-        let agent = Agent::new(Config::for_node(node, dir), sim.client_with(false));
-        tokio::spawn(agent.run(stop.clone()));
+        tokio::spawn(agent_for(&sim, node).run(stop.clone()));
     }
     let nms: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
-        "metadata": {"name": "fleet-cordon"},
-        "spec": {"nodeSelector": {"matchLabels": {"kubernetes.io/os": "linux"}}, "stage": "Cordon", "reason": "rack move"},
-    }))
-    .unwrap();
-    nms.create(&PostParams::default(), &obj).await.unwrap();
+    create(&nms, "fleet-cordon", json!({"nodeSelector": {"matchLabels": {"kubernetes.io/os": "linux"}}, "stage": "Cordon", "reason": "rack move"})).await;
     eventually("every node's entry reads Cordoned", || {
         let api = nms.clone();
         async move {
@@ -267,24 +272,12 @@ async fn three_agents_share_one_object_without_overwriting_each_other() {
 async fn an_invalid_object_gets_a_condition_naming_the_problem_and_causes_no_action() {
     let sim = scenario("small.yaml").await;
     let client = sim.client();
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &maintd::api::crd().unwrap())
-        .await
-        .unwrap();
-    let agent = Agent::new(
-        Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap()),
-        sim.client_with(false),
-    );
+    install_crd(&client).await;
+    let agent = agent_for(&sim, "node-a");
     let stop = CancellationToken::new();
     tokio::spawn(agent.run(stop.clone()));
     let nms: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
-        "metadata": {"name": "both"},
-        "spec": {"nodeName": "node-a", "nodeSelector": {"matchLabels": {"a": "b"}}, "stage": "Drain"},
-    }))
-    .unwrap();
-    nms.create(&PostParams::default(), &obj).await.unwrap();
+    create(&nms, "both", json!({"nodeName": "node-a", "nodeSelector": {"matchLabels": {"a": "b"}}, "stage": "Drain"})).await;
     eventually("the Valid condition says what is wrong", || {
         let api = nms.clone();
         async move {
