@@ -147,13 +147,10 @@ impl Agent {
 
     /// Whether the node or the disk still carry maintd's marks.
     fn has_leftovers(&self) -> bool {
-        let marked = self.node.by_name(&self.config.node).is_some_and(|n| {
-            n["metadata"]["annotations"][CORDONED_ANNOTATION].is_string()
-                || n["spec"]["taints"].as_array().is_some_and(|ts| {
-                    ts.iter()
-                        .any(|t| t["key"] == self.drainer.taint.key.as_str())
-                })
-        });
+        let marked = self
+            .node
+            .by_name(&self.config.node)
+            .is_some_and(|n| carries_marks(&n, &self.drainer.taint.key));
         let stashed = self
             .drainer
             .stash
@@ -421,15 +418,16 @@ impl Agent {
         let key = self.drainer.taint.key.clone();
         let _ = tokio::time::timeout(
             Duration::from_secs(5),
-            node.wait_until(move |i| {
-                i.by_name(&name).is_none_or(|n| {
-                    !n["metadata"]["annotations"][CORDONED_ANNOTATION].is_string()
-                        && !n["spec"]["taints"]
-                            .as_array()
-                            .is_some_and(|ts| ts.iter().any(|t| t["key"] == key.as_str()))
-                })
-            }),
+            node.wait_until(move |i| i.by_name(&name).is_none_or(|n| !carries_marks(&n, &key))),
         )
         .await;
     }
+}
+
+/// Whether the node still carries maintd's cordon record or its taint.
+fn carries_marks(node: &serde_json::Value, taint_key: &str) -> bool {
+    node["metadata"]["annotations"][CORDONED_ANNOTATION].is_string()
+        || node["spec"]["taints"]
+            .as_array()
+            .is_some_and(|ts| ts.iter().any(|t| t["key"] == taint_key))
 }
