@@ -169,7 +169,7 @@ impl ClusterOps {
                 .any(|t| t["key"] == taint.key.as_str() && t["effect"] == taint.effect.as_str())
             {
                 let mut t =
-                    json!({"key": taint.key, "effect": taint.effect, "timeAdded": now_time()});
+                    json!({"key": taint.key, "effect": taint.effect, "timeAdded": crate::drain::progress::now_time()});
                 if !taint.value.is_empty() {
                     t["value"] = json!(taint.value);
                 }
@@ -317,10 +317,4 @@ impl ClusterOps {
             Err(e) => Err(err(format!("deleting: {e}"))),
         }
     }
-}
-
-fn now_time() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
 }

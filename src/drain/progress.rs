@@ -282,6 +282,7 @@ impl Progress {
     }
 }
 
+/// Now as a Kubernetes `Time` (RFC 3339, whole seconds, UTC).
 pub fn now_time() -> String {
     jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")

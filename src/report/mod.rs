@@ -152,9 +152,7 @@ impl StatusReporter {
         }
         // An invalid object that selects nobody in particular still gets a
         // condition saying what is wrong (the same from every agent).
-        let now = jiff::Timestamp::now()
-            .strftime("%Y-%m-%dT%H:%M:%SZ")
-            .to_string();
+        let now = crate::drain::progress::now_time();
         for bad in &eval.invalid {
             if let Some(body) = validation_update(&bad.object, &Err(bad.problems.clone()), &now) {
                 ok &= self.apply(&bad.name, VALIDATION_MANAGER, body).await;
@@ -196,9 +194,7 @@ impl StatusReporter {
         if last.as_ref() == Some(&now) {
             return true;
         }
-        let time = jiff::Timestamp::now()
-            .strftime("%Y-%m-%dT%H:%M:%SZ")
-            .to_string();
+        let time = crate::drain::progress::now_time();
         let body = serde_json::json!({
             "apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node},
             "status": {"conditions": [{
