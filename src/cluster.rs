@@ -43,6 +43,12 @@ pub enum ClusterError {
         name: String,
         message: String,
     },
+    #[error("{path}/{name}: {message}")]
+    Object {
+        path: String,
+        name: String,
+        message: String,
+    },
 }
 
 /// What became of one eviction request.
@@ -315,6 +321,45 @@ impl ClusterOps {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
             Err(e) => Err(err(format!("deleting: {e}"))),
+        }
+    }
+
+    /// Takes `finalizer` off `obj`, a cluster-scoped object of the
+    /// collection `path`. The JSON patch tests the list as read first, so
+    /// another controller's edit of the list in between is never undone
+    /// (the test fails with 422 and the caller tries again on its next
+    /// look at the object).
+    pub async fn remove_finalizer(
+        &self,
+        path: &str,
+        obj: &Value,
+        finalizer: &str,
+    ) -> Result<(), ClusterError> {
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        let err = |message: String| ClusterError::Object {
+            path: path.into(),
+            name: name.into(),
+            message,
+        };
+        let current = obj["metadata"]["finalizers"].clone();
+        let rest: Vec<&Value> = current
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|f| f.as_str() != Some(finalizer))
+            .collect();
+        let patch = json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": current},
+            {"op": "replace", "path": "/metadata/finalizers", "value": rest},
+        ]);
+        let req = Request::patch(format!("{path}/{name}?fieldManager={}", self.manager))
+            .header("content-type", "application/json-patch+json")
+            .body(serde_json::to_vec(&patch).unwrap_or_default())
+            .map_err(|e| err(e.to_string()))?;
+        match self.client.request::<Value>(req).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(err(format!("removing finalizer {finalizer}: {e}"))),
         }
     }
 }

@@ -66,6 +66,11 @@ pub struct AgentArgs {
     /// one.
     #[arg(long, default_value_t = 1)]
     pub reboot_slots: u32,
+    /// Also drain for medik8s' NodeMaintenance objects
+    /// (nodemaintenance.medik8s.io) naming this node, and write their
+    /// status. Do not run medik8s' own operator on the same objects.
+    #[arg(long, env = "MAINTD_MEDIK8S", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub medik8s: bool,
     /// The D-Bus address of logind's bus; default: the system bus
     /// (DBUS_SYSTEM_BUS_ADDRESS, or /run/dbus/system_bus_socket).
     #[arg(long, env = "MAINTD_LOGIND_BUS")]
@@ -89,6 +94,8 @@ pub struct Config {
     pub shutdown: Option<ShutdownSettings>,
     /// Nodes of one group that may hold a reboot slot at once.
     pub reboot_slots: u32,
+    /// Act on medik8s' NodeMaintenance objects too.
+    pub medik8s: bool,
 }
 
 /// How the agent holds logind's shutdown lock.
@@ -181,6 +188,7 @@ impl AgentArgs {
             });
         }
         Ok(Config {
+            medik8s: self.medik8s,
             reboot_slots: self.reboot_slots,
             shutdown,
             listen,
@@ -214,6 +222,65 @@ impl Config {
             listen_local: None,
             shutdown: None,
             reboot_slots: 1,
+            medik8s: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        agent: AgentArgs,
+    }
+
+    fn config(args: &[&str]) -> Result<Config, String> {
+        let argv = std::iter::once("maintd").chain(args.iter().copied());
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+        cli.agent.into_config().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn medik8s_compatibility_is_off_unless_asked_for() {
+        let cases: &[(&[&str], bool)] = &[
+            (&["--node", "n"], false),
+            (&["--node", "n", "--medik8s"], true),
+            (&["--node", "n", "--medik8s=true"], true),
+            (&["--node", "n", "--medik8s=false"], false),
+        ];
+        for (args, want) in cases {
+            assert_eq!(config(args).unwrap().medik8s, *want, "{args:?}");
+        }
+        let err = config(&["--node", "n", "--medik8s=perhaps"]).unwrap_err();
+        assert!(err.contains("perhaps"), "{err}");
+    }
+
+    #[test]
+    fn bad_settings_name_the_flag() {
+        let cases: &[(&[&str], &str)] = &[
+            (&[], "the node name is not set"),
+            (&["--node", " "], "the node name is not set"),
+            (&["--node", "n", "--concurrency", "0"], "--concurrency"),
+            (&["--node", "n", "--drain-taint", ","], "--drain-taint"),
+            (&["--node", "n", "--listen", "nowhere"], "--listen"),
+            (&["--node", "n", "--listen-local", "0.0.0.0:1"], "loopback"),
+            (&["--node", "n", "--reboot-slots", "0"], "--reboot-slots"),
+            (
+                &["--node", "n", "--shutdown-margin-seconds=-1"],
+                "--shutdown-margin-seconds",
+            ),
+            (
+                &["--node", "n", "--shutdown-margin-seconds=NaN"],
+                "--shutdown-margin-seconds",
+            ),
+        ];
+        for (args, want) in cases {
+            let err = config(args).unwrap_err();
+            assert!(err.contains(want), "{args:?}: {err}");
         }
     }
 }

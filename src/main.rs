@@ -129,7 +129,7 @@ enum Command {
         #[arg(long)]
         static_pod_root: Option<PathBuf>,
     },
-    /// Print the NodeMaintenance CRD as YAML (what deploy/crd.yaml holds).
+    /// Print the NodeMaintenance CRD as YAML (what deploy/base/crd.yaml holds).
     Crd,
 }
 

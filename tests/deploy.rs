@@ -1,5 +1,8 @@
 //! deploy/: the CRD matches the Rust types, every manifest parses into the
-//! Kubernetes types, and the RBAC grants exactly the calls the agent makes.
+//! Kubernetes types, and the RBAC grants exactly the calls the agent makes,
+//! in both variants (`deploy/`, and `deploy/medik8s/` with medik8s
+//! compatibility). The manifests are rendered by `kubectl kustomize`, as
+//! `kubectl apply -k` renders them.
 
 use std::path::{Path, PathBuf};
 
@@ -16,11 +19,11 @@ fn deploy() -> PathBuf {
 #[test]
 fn crd_yaml_matches_the_rust_types() {
     let want = maintd::api::crd_yaml().unwrap();
-    let have = std::fs::read_to_string(deploy().join("crd.yaml")).unwrap();
+    let have = std::fs::read_to_string(deploy().join("base/crd.yaml")).unwrap();
     assert!(
         have == want,
-        "deploy/crd.yaml is out of date with src/api; regenerate it with \
-         `cargo run -- crd > deploy/crd.yaml`"
+        "deploy/base/crd.yaml is out of date with src/api; regenerate it with \
+         `cargo run -- crd > deploy/base/crd.yaml`"
     );
 }
 
@@ -46,31 +49,36 @@ fn typed<T: serde::de::DeserializeOwned>(file: &str, doc: &Value) -> T {
     })
 }
 
-/// Reads the files kustomization.yaml lists (so a file left out of it is
-/// not tested as if deployed).
-fn manifests() -> Manifests {
-    let kust: Value = serde_saphyr::from_str(
-        &std::fs::read_to_string(deploy().join("kustomization.yaml")).unwrap(),
-    )
-    .unwrap();
+/// The objects `kubectl apply -k deploy/<variant>` would apply, typed.
+fn manifests(variant: &str) -> Manifests {
+    let dir = deploy().join(variant);
+    let out = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .expect("kubectl is installed on this machine (it renders deploy/)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file = format!("deploy/{variant}");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
+        .unwrap_or_else(|e| panic!("{file} does not render to YAML: {e}"));
     let mut m = Manifests::default();
-    for file in kust["resources"].as_array().unwrap() {
-        let file = file.as_str().unwrap();
-        let text = std::fs::read_to_string(deploy().join(file)).unwrap();
-        let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
-            .unwrap_or_else(|e| panic!("{file} is not YAML: {e}"));
-        for doc in docs.iter().filter(|d| !d.is_null()) {
-            match doc["kind"].as_str().unwrap_or("") {
-                "Namespace" => m.namespaces.push(typed(file, doc)),
-                "CustomResourceDefinition" => m.crds.push(typed(file, doc)),
-                "ServiceAccount" => m.accounts.push(typed(file, doc)),
-                "ClusterRole" => m.cluster_roles.push(typed(file, doc)),
-                "ClusterRoleBinding" => m.cluster_bindings.push(typed(file, doc)),
-                "Role" => m.roles.push(typed(file, doc)),
-                "RoleBinding" => m.bindings.push(typed(file, doc)),
-                "DaemonSet" => m.daemonsets.push(typed(file, doc)),
-                other => panic!("{file}: unexpected kind {other:?}"),
-            }
+    for doc in docs.iter().filter(|d| !d.is_null()) {
+        match doc["kind"].as_str().unwrap_or("") {
+            "Namespace" => m.namespaces.push(typed(&file, doc)),
+            "CustomResourceDefinition" => m.crds.push(typed(&file, doc)),
+            "ServiceAccount" => m.accounts.push(typed(&file, doc)),
+            "ClusterRole" => m.cluster_roles.push(typed(&file, doc)),
+            "ClusterRoleBinding" => m.cluster_bindings.push(typed(&file, doc)),
+            "Role" => m.roles.push(typed(&file, doc)),
+            "RoleBinding" => m.bindings.push(typed(&file, doc)),
+            "DaemonSet" => m.daemonsets.push(typed(&file, doc)),
+            other => panic!("{file}: unexpected kind {other:?}"),
         }
     }
     m
@@ -101,6 +109,16 @@ const AGENT_CALLS: &[(&str, &str, &str, Option<&str>)] = &[
     ("coordination.k8s.io", "leases", "create", Some("maintd")),
     ("coordination.k8s.io", "leases", "update", Some("maintd")),
 ];
+
+/// What the agent adds with `--medik8s` (src/trigger/medik8s.rs,
+/// src/report/medik8s.rs, and the finalizer in src/agent/mod.rs).
+const MEDIK8S_CALLS: &[(&str, &str, &str, Option<&str>)] = &[
+    (MEDIK8S, "nodemaintenances", "list", None),
+    (MEDIK8S, "nodemaintenances", "watch", None),
+    (MEDIK8S, "nodemaintenances", "patch", None),
+    (MEDIK8S, "nodemaintenances/status", "patch", None),
+];
+const MEDIK8S: &str = "nodemaintenance.medik8s.io";
 
 fn grants(rule: &PolicyRule, group: &str, resource: &str, verb: &str) -> bool {
     let has =
@@ -143,9 +161,9 @@ fn rules_for(m: &Manifests, sa_ns: &str, sa: &str) -> Vec<(PolicyRule, Option<St
     out
 }
 
-#[test]
-fn rbac_grants_every_call_the_agent_makes_and_nothing_else() {
-    let m = manifests();
+/// The RBAC of `variant` grants each of `calls` and nothing else.
+fn assert_rbac_grants_exactly(variant: &str, calls: &[(&str, &str, &str, Option<&str>)]) {
+    let m = manifests(variant);
     let ds = &m.daemonsets[0];
     let sa = ds
         .spec
@@ -167,13 +185,13 @@ fn rbac_grants_every_call_the_agent_makes_and_nothing_else() {
         "the DaemonSet's ServiceAccount {sa_ns}/{sa} is in deploy/"
     );
     let rules = rules_for(&m, &sa_ns, &sa);
-    for (group, resource, verb, ns) in AGENT_CALLS {
+    for (group, resource, verb, ns) in calls {
         let allowed = rules.iter().any(|(r, scope)| {
             grants(r, group, resource, verb) && (scope.is_none() || scope.as_deref() == *ns)
         });
         assert!(
             allowed,
-            "the agent's call {verb} {resource} (group {group:?}, namespace {ns:?}) is not granted"
+            "deploy/{variant}: the agent's call {verb} {resource} (group {group:?}, namespace {ns:?}) is not granted"
         );
     }
     // Least privilege: no wildcard, and every granted verb is a call the agent makes.
@@ -182,11 +200,11 @@ fn rbac_grants_every_call_the_agent_makes_and_nothing_else() {
             for resource in rule.resources.iter().flatten() {
                 for verb in &rule.verbs {
                     assert!(
-                        AGENT_CALLS.iter().any(|(g, r, v, ns)| g == group
+                        calls.iter().any(|(g, r, v, ns)| g == group
                             && r == resource
                             && v == verb
                             && (scope.is_none() || scope == &ns.map(str::to_string))),
-                        "deploy/ grants {verb} {resource} (group {group:?}, scope {scope:?}), which the agent never uses"
+                        "deploy/{variant} grants {verb} {resource} (group {group:?}, scope {scope:?}), which the agent never uses"
                     );
                 }
             }
@@ -196,8 +214,47 @@ fn rbac_grants_every_call_the_agent_makes_and_nothing_else() {
 }
 
 #[test]
+fn rbac_grants_every_call_the_agent_makes_and_nothing_else() {
+    assert_rbac_grants_exactly("", AGENT_CALLS);
+}
+
+#[test]
+fn the_medik8s_variant_grants_exactly_what_the_medik8s_trigger_adds() {
+    let calls: Vec<_> = AGENT_CALLS.iter().chain(MEDIK8S_CALLS).copied().collect();
+    assert_rbac_grants_exactly("medik8s", &calls);
+    let m = manifests("medik8s");
+    let env = |ds: &DaemonSet| {
+        ds.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .env
+            .clone()
+            .unwrap_or_default()
+    };
+    let on = env(&m.daemonsets[0])
+        .into_iter()
+        .find(|e| e.name == "MAINTD_MEDIK8S")
+        .and_then(|e| e.value);
+    assert_eq!(on.as_deref(), Some("true"), "the overlay turns the flag on");
+    assert!(
+        env(&manifests("").daemonsets[0])
+            .iter()
+            .all(|e| e.name != "MAINTD_MEDIK8S"),
+        "off unless asked for"
+    );
+    // Everything else is the base, unchanged.
+    assert_eq!(m.crds.len(), 1);
+    assert_eq!(m.daemonsets.len(), 1);
+}
+
+#[test]
 fn daemonset_runs_everywhere_with_what_the_agent_needs_and_little_else() {
-    let m = manifests();
+    let m = manifests("");
     assert_eq!(m.namespaces[0].metadata.name.as_deref(), Some("maintd"));
     assert_eq!(
         m.crds[0].metadata.name.as_deref(),

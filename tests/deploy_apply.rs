@@ -63,6 +63,27 @@ async fn kubectl_applies_deploy_and_shows_nodemaintenances() {
         !again.contains("created"),
         "applying twice changes nothing:\n{again}"
     );
+    // Switching to the medik8s variant adds its RBAC and turns the flag on.
+    let medik8s = k.ok(&["apply", "-k", &format!("{deploy}/medik8s")]).await;
+    for line in [
+        "clusterrole.rbac.authorization.k8s.io/maintd-medik8s created",
+        "clusterrolebinding.rbac.authorization.k8s.io/maintd-medik8s created",
+        "daemonset.apps/maintd configured",
+        "customresourcedefinition.apiextensions.k8s.io/nodemaintenances.maintd.io unchanged",
+    ] {
+        assert!(medik8s.contains(line), "{line}:\n{medik8s}");
+    }
+    let ds = k
+        .json(&["get", "daemonset", "maintd", "-n", "maintd"])
+        .await;
+    let env = &ds["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert!(
+        env.as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "MAINTD_MEDIK8S" && e["value"] == "true"),
+        "{env}"
+    );
 
     let nm = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(

@@ -21,13 +21,16 @@ fn node_a() -> Value {
 #[tokio::test]
 async fn without_the_crd_the_trigger_is_ready_with_nothing_to_do() {
     let sim = common::sim().await;
-    let trigger = MaintenanceTrigger::new();
     let stop = CancellationToken::new();
-    tokio::spawn(trigger.clone().run(sim.client(), stop.clone()));
-    tokio::time::timeout(Duration::from_secs(10), trigger.wait_ready())
-        .await
-        .expect("ready although the CRD is missing");
-    assert!(trigger.evaluate(&node_a()).effective.is_none());
+    // maintd's own, and medik8s' (with --medik8s).
+    for trigger in [MaintenanceTrigger::new(), MaintenanceTrigger::medik8s()] {
+        tokio::spawn(trigger.clone().run(sim.client(), stop.clone()));
+        tokio::time::timeout(Duration::from_secs(10), trigger.wait_ready())
+            .await
+            .expect("ready although the CRD is missing");
+        assert!(trigger.evaluate(&node_a()).effective.is_none());
+        assert!(trigger.index.all().is_empty());
+    }
     stop.cancel();
 }
 

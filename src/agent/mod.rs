@@ -34,6 +34,8 @@ pub struct Agent {
     pub local: LocalRequests,
     /// NodeMaintenance objects that select this node.
     pub maintenance: MaintenanceTrigger,
+    /// medik8s' NodeMaintenance objects (only with `--medik8s`).
+    pub medik8s: Option<MaintenanceTrigger>,
 }
 
 /// What woke the agent's loop.
@@ -71,6 +73,7 @@ impl Agent {
             node: Index::new(),
             local: LocalRequests::new(),
             maintenance: MaintenanceTrigger::new(),
+            medik8s: config.medik8s.then(MaintenanceTrigger::medik8s),
             config,
         }
     }
@@ -113,6 +116,10 @@ impl Agent {
                 self.maintenance.evaluate(&node).effective.as_ref(),
                 &mut d,
             );
+        }
+        if let Some(m) = &self.medik8s {
+            let requests = trigger::medik8s::requests(&m.index.all(), &self.config.node);
+            trigger::medik8s::contribute(&requests, &mut d);
         }
         // In memory only: a local request does not survive an agent restart
         // (see trigger/local.rs); `maintd drain --wait` re-sends it.
@@ -192,18 +199,28 @@ impl Agent {
                 .clone()
                 .run(self.drainer.ops.client().clone(), stop.clone()),
         );
-        let (pods, node, maintenance) = (
+        if let Some(m) = &self.medik8s {
+            tokio::spawn(
+                m.clone()
+                    .run(self.drainer.ops.client().clone(), stop.clone()),
+            );
+        }
+        let (pods, node, maintenance, medik8s) = (
             self.drainer.pods.clone(),
             self.node.clone(),
             self.maintenance.clone(),
+            self.medik8s.clone(),
         );
         tokio::select! {
-            // All three first: a restarted agent that judged before seeing the
-            // NodeMaintenance objects would undo the drain it was doing.
+            // All of them first: a restarted agent that judged before seeing
+            // the NodeMaintenance objects would undo the drain it was doing.
             _ = async {
                 pods.wait_until(Index::synced).await;
                 node.wait_until(Index::synced).await;
                 maintenance.wait_ready().await;
+                if let Some(m) = &medik8s {
+                    m.wait_ready().await;
+                }
             } => {}
             _ = stop.cancelled() => return,
         }
@@ -230,6 +247,7 @@ impl Agent {
             node: self.config.node.clone(),
             progress: self.drainer.progress.clone(),
             maintenance: self.maintenance.clone(),
+            medik8s: self.medik8s.clone(),
             node_index: self.node.clone(),
             writes: metrics.status_writes.clone(),
         };
@@ -244,6 +262,7 @@ impl Agent {
         let mut running: Option<Running> = None;
         let mut node_changes = self.node.changes();
         let mut maintenance_changes = self.maintenance.index.changes();
+        let mut medik8s_changes = self.medik8s.as_ref().map(|m| m.index.changes());
         let mut local_slot: Option<crate::coordination::SlotGuard> = None;
         let mut slot_retry: Option<tokio::time::Instant> = None;
         let mut local_changes = self.local.subscribe();
@@ -291,7 +310,8 @@ impl Agent {
                 self.warn(w.clone());
                 warned_value = Some(w);
             }
-            match (&running, desired.active()) {
+            let held = desired.active();
+            match (&running, held) {
                 (Some(r), true) if r.desired == desired => {}
                 (Some(_), _) => {
                     if let Some(r) = running.take() {
@@ -321,6 +341,11 @@ impl Agent {
                     }
                 }
             }
+            // A medik8s object being deleted waits on its operator's
+            // finalizer; once the node is not held for it, let it go.
+            if held || !self.has_leftovers() {
+                self.release_medik8s_objects().await;
+            }
             let deadline = shutdown
                 .as_ref()
                 .and_then(ShutdownTrigger::release_deadline);
@@ -336,6 +361,12 @@ impl Agent {
                 // The sender lives in self.local, so this never closes.
                 _ = local_changes.changed() => Wake::Node,
                 _ = maintenance_changes.changed() => Wake::Node,
+                _ = async {
+                    match medik8s_changes.as_mut() {
+                        Some(rx) => rx.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => Wake::Node,
                 ev = async {
                     match shutdown.as_mut() {
                         Some(s) => s.next().await,
@@ -373,6 +404,30 @@ impl Agent {
                         .await;
                 }
                 Wake::Node => {}
+            }
+        }
+    }
+
+    /// Takes medik8s' finalizer off this node's objects that are being
+    /// deleted (see [`crate::api::medik8s::awaits_release`]). A failure is
+    /// logged and tried again on the next pass.
+    async fn release_medik8s_objects(&self) {
+        use crate::api::medik8s;
+        let Some(m) = &self.medik8s else { return };
+        for obj in m.index.all() {
+            if !medik8s::awaits_release(&obj, &self.config.node) {
+                continue;
+            }
+            let ops = &self.drainer.ops;
+            match ops
+                .remove_finalizer(medik8s::PATH, &obj, medik8s::FINALIZER)
+                .await
+            {
+                Ok(()) => tracing::info!(
+                    name = obj["metadata"]["name"].as_str().unwrap_or_default(),
+                    "the medik8s NodeMaintenance no longer holds the node; removed its finalizer"
+                ),
+                Err(e) => tracing::warn!(error = %e, "will retry"),
             }
         }
     }

@@ -10,6 +10,7 @@
 //! - [`crd`]: the CustomResourceDefinition, with what the derive cannot say
 //!   (CEL rules, list-map keys, size limits) added to its schema.
 
+pub mod medik8s;
 mod schema;
 mod select;
 mod stage;

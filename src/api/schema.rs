@@ -100,7 +100,7 @@ fn set(props: &mut Value, field: &'static str, key: &str, value: Value) -> Resul
     Ok(())
 }
 
-/// The CRD as YAML, as `maintd crd` prints it and `deploy/crd.yaml` holds it.
+/// The CRD as YAML, as `maintd crd` prints it and `deploy/base/crd.yaml` holds it.
 pub fn crd_yaml() -> Result<String, CrdError> {
     let crd = crd()?;
     let body = serde_saphyr::to_string(&crd).map_err(|e| CrdError::Yaml(e.to_string()))?;

@@ -5,6 +5,7 @@
 //! always written, every call bounded by a timeout.
 
 pub mod events;
+mod medik8s;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -27,6 +28,8 @@ pub struct StatusReporter {
     pub node: String,
     pub progress: Progress,
     pub maintenance: MaintenanceTrigger,
+    /// medik8s' NodeMaintenance objects, with `--medik8s`.
+    pub medik8s: Option<MaintenanceTrigger>,
     pub node_index: Index,
     /// Counts the writes (`maintd_status_writes_total`).
     pub writes: prometheus_client::metrics::counter::Counter,
@@ -87,7 +90,9 @@ impl StatusReporter {
     pub async fn run(self, stop: CancellationToken) {
         let mut events = self.progress.subscribe();
         let mut objects = self.maintenance.index.changes();
+        let mut medik8s_objects = self.medik8s.as_ref().map(|m| m.index.changes());
         let mut written: BTreeMap<String, Value> = BTreeMap::new();
+        let mut written_medik8s = BTreeMap::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut dirty = true;
@@ -96,11 +101,18 @@ impl StatusReporter {
             tokio::select! {
                 _ = events.recv() => dirty = true,
                 r = objects.changed() => { if r.is_err() { return } dirty = true }
+                _ = async {
+                    match medik8s_objects.as_mut() {
+                        Some(rx) => rx.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => dirty = true,
                 _ = tick.tick() => {
                     if dirty {
                         let objects_ok = self.write_all(&mut written).await;
+                        let medik8s_ok = self.write_medik8s(&mut written_medik8s).await;
                         let node_ok = self.write_condition(&mut condition).await;
-                        dirty = !(objects_ok && node_ok);
+                        dirty = !(objects_ok && medik8s_ok && node_ok);
                     }
                 }
                 _ = stop.cancelled() => return,
@@ -118,8 +130,19 @@ impl StatusReporter {
         let eval = self.maintenance.evaluate(&node);
         let st = self.progress.status();
         let mut ok = true;
+        // Keyed by uid: an object deleted and created again under the same
+        // name gets its entry written afresh.
+        let key_of = |nm: &api::NodeMaintenance| {
+            let meta = &nm.metadata;
+            meta.uid
+                .clone()
+                .or_else(|| meta.name.clone())
+                .unwrap_or_default()
+        };
+        written.retain(|uid, _| eval.valid.iter().any(|nm| key_of(nm) == *uid));
         for nm in eval.valid.iter().filter(|nm| api::selects(nm, &node)) {
             let name = nm.metadata.name.clone().unwrap_or_default();
+            let uid = key_of(nm);
             let mut e = entry(&self.node, &nm.spec.stage, &st);
             // The entry's times change on every update; compare without them.
             let key = serde_json::to_value(NodeStatus {
@@ -132,7 +155,7 @@ impl StatusReporter {
             if let Some(body) = summary_update(nm, &self.node) {
                 ok &= self.apply(&name, SUMMARY_MANAGER, body).await;
             }
-            if written.get(&name) == Some(&key) {
+            if written.get(&uid) == Some(&key) {
                 continue;
             }
             if e.updated_at.is_none() {
@@ -145,7 +168,7 @@ impl StatusReporter {
                 .apply(&name, &manager, entry_apply_body(&name, &e))
                 .await
             {
-                written.insert(name.clone(), key);
+                written.insert(uid, key);
             } else {
                 ok = false;
             }

@@ -76,13 +76,18 @@ pub fn contribute(effective: Option<&Effective>, desired: &mut Desired) {
     }
 }
 
-/// The watch on NodeMaintenance objects. Cheap to clone.
+/// The watch on NodeMaintenance objects (maintd's own, or medik8s' with
+/// [`Self::medik8s`]). Cheap to clone.
 #[derive(Clone)]
 pub struct MaintenanceTrigger {
     /// The objects; its `changes()` is what the agent's loop should wake on.
     pub index: Index,
     /// The API says the resource does not exist (no CRD).
     absent: Arc<watch::Sender<bool>>,
+    /// The collection watched.
+    path: &'static str,
+    /// Which NodeMaintenance, for the log.
+    kind: &'static str,
 }
 
 impl Default for MaintenanceTrigger {
@@ -92,10 +97,23 @@ impl Default for MaintenanceTrigger {
 }
 
 impl MaintenanceTrigger {
+    /// The watch on maintd's NodeMaintenance (`maintd.io`).
     pub fn new() -> Self {
+        Self::watching(NODEMAINTENANCES_PATH, "NodeMaintenance")
+    }
+
+    /// The watch on medik8s' NodeMaintenance (`nodemaintenance.medik8s.io`),
+    /// read with [`crate::trigger::medik8s`].
+    pub fn medik8s() -> Self {
+        Self::watching(api::medik8s::PATH, "medik8s NodeMaintenance")
+    }
+
+    fn watching(path: &'static str, kind: &'static str) -> Self {
         MaintenanceTrigger {
             index: Index::new(),
             absent: Arc::new(watch::channel(false).0),
+            path,
+            kind,
         }
     }
 
@@ -129,18 +147,18 @@ impl MaintenanceTrigger {
     pub async fn run(self, client: kube::Client, stop: CancellationToken) {
         let mut backoff = Backoff::with(5_000, 300_000);
         loop {
-            match resource_exists(&client).await {
+            match resource_exists(&client, self.path).await {
                 Ok(true) => break,
                 Ok(false) => {
                     if !self.absent.send_replace(true) {
                         tracing::info!(
-                            path = NODEMAINTENANCES_PATH,
-                            "the NodeMaintenance CRD is not installed; \
-                             the NodeMaintenance trigger is off until it is"
+                            path = self.path,
+                            "the {} CRD is not installed; that trigger is off until it is",
+                            self.kind
                         );
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "checking for the NodeMaintenance CRD"),
+                Err(e) => tracing::warn!(error = %e, "checking for the {} CRD", self.kind),
             }
             tokio::select! {
                 _ = tokio::time::sleep(backoff.next_delay()) => {}
@@ -150,26 +168,24 @@ impl MaintenanceTrigger {
         // Present now: wait for the objects, not an earlier absence.
         self.absent.send_replace(false);
         let target = WatchTarget {
-            path: NODEMAINTENANCES_PATH.into(),
+            path: self.path.into(),
             field_selector: None,
         };
         self.index.clone().run(client, target, stop).await;
     }
 }
 
-/// Whether the API serves nodemaintenances (a one-item list; 404: no CRD).
-async fn resource_exists(client: &kube::Client) -> Result<bool, String> {
-    let req = http::Request::get(format!("{NODEMAINTENANCES_PATH}?limit=1"))
+/// Whether the API serves `path` (a one-item list; 404: no CRD).
+async fn resource_exists(client: &kube::Client, path: &str) -> Result<bool, String> {
+    let req = http::Request::get(format!("{path}?limit=1"))
         .body(Vec::new())
         .map_err(|e| e.to_string())?;
     let call = client.request::<Value>(req);
     match tokio::time::timeout(Duration::from_secs(30), call).await {
         Ok(Ok(_)) => Ok(true),
         Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(false),
-        Ok(Err(e)) => Err(format!("listing {NODEMAINTENANCES_PATH}: {e}")),
-        Err(_) => Err(format!(
-            "listing {NODEMAINTENANCES_PATH} timed out after 30s"
-        )),
+        Ok(Err(e)) => Err(format!("listing {path}: {e}")),
+        Err(_) => Err(format!("listing {path} timed out after 30s")),
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod local;
 pub mod maintenance;
+pub mod medik8s;
 pub mod shutdown;
 pub mod taint;
 

@@ -1,0 +1,290 @@
+//! medik8s compatibility (`--medik8s`): a medik8s NodeMaintenance
+//! (nodemaintenance.medik8s.io/v1beta1) naming the node drains it, its
+//! status is written in medik8s' own fields, and deleting it undoes — also
+//! when the agent was down at the time. Objects are created and read with
+//! kubectl, as an operator would.
+
+mod common;
+
+use common::kubectl::Kubectl;
+use common::*;
+use maintd::agent::Agent;
+use maintd::config::Config;
+use maintd::drain::progress::{Phase, Progress};
+use maintd::sim::SimCluster;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+const RESOURCE: &str = "nodemaintenances.nodemaintenance.medik8s.io";
+const CRD: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/medik8s-crd.yaml"
+);
+
+async fn install_medik8s_crd(k: &Kubectl) {
+    k.ok(&["apply", "-f", CRD]).await;
+}
+
+/// Starts an agent for `node`, with or without `--medik8s`.
+fn start_agent(sim: &SimCluster, node: &str, medik8s: bool, stop: &CancellationToken) -> Progress {
+    let mut config = Config::for_node(node, sim.static_pod_dir(node).unwrap());
+    config.medik8s = medik8s;
+    let agent = Agent::new(config, sim.client_with(false));
+    let progress = agent.progress().clone();
+    tokio::spawn(agent.run(stop.clone()));
+    progress
+}
+
+/// `kubectl apply` of a medik8s NodeMaintenance for `node`.
+async fn request(k: &Kubectl, name: &str, node: &str) {
+    request_with_finalizers(k, name, node, &[]).await
+}
+
+/// The same, with finalizers (medik8s' operator puts its own on the objects
+/// it handled).
+async fn request_with_finalizers(k: &Kubectl, name: &str, node: &str, finalizers: &[&str]) {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        file.path(),
+        format!(
+            "apiVersion: nodemaintenance.medik8s.io/v1beta1\nkind: NodeMaintenance\n\
+             metadata:\n  name: {name}\n  finalizers: {finalizers:?}\n\
+             spec:\n  nodeName: {node}\n  reason: disk replacement\n"
+        ),
+    )
+    .unwrap();
+    let out = k.ok(&["apply", "-f", file.path().to_str().unwrap()]).await;
+    assert!(out.contains("created"), "{out}");
+}
+
+async fn status_of(k: &Kubectl, name: &str) -> Value {
+    k.json(&["get", RESOURCE, name]).await["status"].clone()
+}
+
+async fn node_spec(k: &Kubectl, node: &str) -> Value {
+    k.json(&["get", "node", node]).await["spec"].clone()
+}
+
+fn cordoned_and_tainted(spec: &Value) -> bool {
+    spec["unschedulable"] == true
+        && spec["taints"]
+            .as_array()
+            .is_some_and(|ts| ts.iter().any(|t| t["key"] == "maintd.io/draining"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_medik8s_object_drains_its_node_and_reads_like_medik8s() {
+    let sim = scenario("small.yaml").await;
+    let k = Kubectl::new(&sim);
+    install_medik8s_crd(&k).await;
+    // The budget first allows nothing, so the status must show the block.
+    k.ok(&[
+        "patch",
+        "pdb",
+        "web",
+        "-n",
+        "default",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"minAvailable":3}}"#,
+    ])
+    .await;
+    let stop = CancellationToken::new();
+    let progress = start_agent(&sim, "node-a", true, &stop);
+    // node-b's agent runs without the flag: medik8s objects are not its business.
+    start_agent(&sim, "node-b", false, &stop);
+    request(&k, "other-node", "node-b").await;
+    // As medik8s' operator left it when maintd took over.
+    request_with_finalizers(&k, "disk", "node-a", &["foregroundDeleteNodeMaintenance"]).await;
+
+    let k_ref = &k;
+    eventually(
+        "the status shows the drain held up by the budget",
+        || async move {
+            let st = status_of(k_ref, "disk").await;
+            st["phase"] == "Running"
+                && st["lastError"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("disruption budget web"))
+                && st["pendingPods"].as_array().is_some_and(|p| {
+                    p.iter()
+                        .any(|n| n.as_str().is_some_and(|n| n.starts_with("web-")))
+                })
+        },
+    )
+    .await;
+    assert!(cordoned_and_tainted(&node_spec(&k, "node-a").await));
+    let st = status_of(&k, "disk").await;
+    let (total, eviction) = (
+        st["totalpods"].as_i64().unwrap(),
+        st["evictionPods"].as_i64().unwrap(),
+    );
+    assert!(
+        eviction > 0 && total > eviction,
+        "the opted-out pod is counted in totalpods only: {st}"
+    );
+    assert!(st["drainProgress"].as_i64().unwrap() < 100, "{st}");
+    assert!(st["lastUpdate"].is_string(), "{st}");
+
+    k.ok(&[
+        "patch",
+        "pdb",
+        "web",
+        "-n",
+        "default",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"minAvailable":2}}"#,
+    ])
+    .await;
+    eventually("the status says Succeeded", || async move {
+        let st = status_of(k_ref, "disk").await;
+        st["phase"] == "Succeeded" && st["drainProgress"] == 100
+    })
+    .await;
+    let st = status_of(&k, "disk").await;
+    assert!(
+        st["pendingPods"].as_array().is_none_or(|p| p.is_empty()),
+        "{st}"
+    );
+    assert!(
+        st["lastError"].is_null(),
+        "the error went with the block: {st}"
+    );
+    assert_eq!(st["evictionPods"].as_i64(), Some(eviction));
+    let left: Vec<_> = pods_on(&sim.client(), "node-a")
+        .await
+        .into_iter()
+        .map(|p| p.metadata.name.unwrap())
+        .collect();
+    assert_eq!(left, ["pinned"]);
+    assert_eq!(progress.status().phase, Phase::Drained);
+    // The status is maintd's own write, under the node's field manager.
+    let obj = k
+        .json(&["get", RESOURCE, "disk", "--show-managed-fields"])
+        .await;
+    let managers: Vec<_> = obj["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["subresource"] == "status")
+        .filter_map(|m| m["manager"].as_str())
+        .collect();
+    assert_eq!(managers, ["maintd/node-a"]);
+    // The Node condition names the request.
+    let node = k.json(&["get", "node", "node-a"]).await;
+    let condition = node["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "MaintdDrain")
+        .cloned()
+        .unwrap();
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap()
+            .contains("medik8s NodeMaintenance disk"),
+        "{condition}"
+    );
+    // The agent without the flag did nothing with node-b's object.
+    assert!(status_of(&k, "other-node").await.is_null());
+    assert_ne!(node_spec(&k, "node-b").await["unschedulable"], true);
+
+    // Deleting the object ends the maintenance; once the node is back in
+    // service maintd takes medik8s' finalizer off, and the object goes.
+    k.ok(&["delete", RESOURCE, "disk", "--wait=false"]).await;
+    eventually(
+        "node-a is back in service and the object gone",
+        || async move {
+            let spec = node_spec(k_ref, "node-a").await;
+            let (found, _, err) = k_ref.run(&["get", RESOURCE, "disk"]).await;
+            spec["unschedulable"] != true
+                && !cordoned_and_tainted(&spec)
+                && !found
+                && err.contains("NotFound")
+        },
+    )
+    .await;
+    stop.cancel();
+}
+
+/// small.yaml with medik8s' CRD and `others` medik8s objects for nodes of
+/// a larger fleet: their list takes a while, and an agent that judged before
+/// it arrived would undo the drain it should resume.
+async fn fleet_with_medik8s(others: usize) -> SimCluster {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios");
+    let mut scenario = maintd::sim::scenario::load(&dir.join("small.yaml")).unwrap();
+    scenario
+        .objects
+        .push(serde_saphyr::from_str(&std::fs::read_to_string(CRD).unwrap()).unwrap());
+    scenario.objects.extend((0..others).map(|i| {
+        serde_json::json!({
+            "apiVersion": "nodemaintenance.medik8s.io/v1beta1", "kind": "NodeMaintenance",
+            "metadata": {"name": format!("fleet-{i}")},
+            "spec": {"nodeName": format!("node-{i}"), "reason": "firmware"},
+        })
+    }));
+    let sim = SimCluster::start_with_scenario(Default::default(), &scenario)
+        .await
+        .unwrap();
+    sim.wait_settled(std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    sim
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_keeps_the_drain_and_undoes_an_object_deleted_while_it_was_down() {
+    let sim = fleet_with_medik8s(3000).await;
+    let k = Kubectl::new(&sim);
+    request(&k, "disk", "node-a").await;
+    let first = CancellationToken::new();
+    let progress = start_agent(&sim, "node-a", true, &first);
+    eventually("drained", || {
+        let p = progress.clone();
+        async move { p.status().phase == Phase::Drained }
+    })
+    .await;
+    first.cancel();
+
+    // Restarted with the object still there: the node stays as it is.
+    let patches_of_node = |sim: &SimCluster| {
+        sim.state
+            .audit
+            .entries()
+            .iter()
+            .filter(|e| e.resource == "nodes" && e.subresource.is_none() && e.verb == "patch")
+            .count()
+    };
+    let before = patches_of_node(&sim);
+    let second = CancellationToken::new();
+    let progress = start_agent(&sim, "node-a", true, &second);
+    eventually("the restarted agent finds the drain done", || {
+        let p = progress.clone();
+        async move { p.status().phase == Phase::Drained }
+    })
+    .await;
+    assert_eq!(
+        patches_of_node(&sim),
+        before,
+        "a restart neither undoes nor redoes the cordon"
+    );
+    assert!(cordoned_and_tainted(&node_spec(&k, "node-a").await));
+    second.cancel();
+
+    // Deleted while no agent runs: the next one finds its cordon record
+    // and no request, and undoes.
+    k.ok(&["delete", RESOURCE, "disk"]).await;
+    let third = CancellationToken::new();
+    start_agent(&sim, "node-a", true, &third);
+    let k_ref = &k;
+    eventually("node-a is back in service", || async move {
+        let spec = node_spec(k_ref, "node-a").await;
+        spec["unschedulable"] != true && !cordoned_and_tainted(&spec)
+    })
+    .await;
+    third.cancel();
+}
