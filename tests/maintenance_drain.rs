@@ -269,7 +269,7 @@ async fn three_agents_share_one_object_without_overwriting_each_other() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_invalid_object_gets_a_condition_naming_the_problem_and_causes_no_action() {
+async fn invalid_objects_get_a_condition_naming_the_problem_cause_no_action_and_hide_nothing() {
     let sim = scenario("small.yaml").await;
     let client = sim.client();
     install_crd(&client).await;
@@ -277,36 +277,182 @@ async fn an_invalid_object_gets_a_condition_naming_the_problem_and_causes_no_act
     let stop = CancellationToken::new();
     tokio::spawn(agent.run(stop.clone()));
     let nms: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
-    create(&nms, "both", json!({"nodeName": "node-a", "nodeSelector": {"matchLabels": {"a": "b"}}, "stage": "Drain"})).await;
-    eventually("the Valid condition says what is wrong", || {
+    // Objects an older CRD (or none) let through; every one asks to drain
+    // node-a, and none may. (name, spec, words the condition must carry)
+    let huge_plan: Vec<_> = (0..5000)
+        .map(|i| json!({"podType": "Default", "podPriority": i}))
+        .collect();
+    let bad = [
+        (
+            "both",
+            json!({"nodeName": "node-a", "nodeSelector": {"matchLabels": {"a": "b"}}, "stage": "Drain"}),
+            vec!["nodeName", "nodeSelector", "exactly one"],
+        ),
+        (
+            "evacuate",
+            json!({"nodeName": "node-a", "stage": "Evacuate"}),
+            vec!["\"Evacuate\" is not a stage"],
+        ),
+        (
+            "bad-selector",
+            json!({"nodeSelector": {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "Matches", "values": ["node-a"]}]}, "stage": "Drain"}),
+            vec!["operator \"Matches\""],
+        ),
+        (
+            "out-of-order",
+            json!({"nodeName": "node-a", "stage": "Drain", "drainPlan": [
+                {"podType": "DaemonSet", "podPriority": 0},
+                {"podType": "Default", "podPriority": 0}]}),
+            vec!["entry 1 (podType Default) comes after entry 0 (podType DaemonSet)"],
+        ),
+        (
+            "huge",
+            json!({"nodeName": "node-a", "stage": "Drain", "reason": "x".repeat(100_000), "drainPlan": huge_plan}),
+            vec!["5000 entries", "100000 bytes"],
+        ),
+        (
+            "typo",
+            json!({"nodeName": "node-a", "stage": "Drain", "drainPlan": [{"podType": "Deployment", "podPriority": 0}]}),
+            vec!["does not decode", "Deployment"],
+        ),
+    ];
+    for (name, spec, _) in &bad {
+        create(&nms, name, spec.clone()).await;
+    }
+    // A good object beside them is still served.
+    create(
+        &nms,
+        "fence",
+        json!({"nodeName": "node-a", "stage": "Cordon", "reason": "rack work"}),
+    )
+    .await;
+    for (name, _, words) in &bad {
         let api = nms.clone();
-        async move {
-            let nm = api.get("both").await.unwrap();
-            nm.data["status"]["conditions"]
-                .as_array()
-                .is_some_and(|cs| {
-                    cs.iter().any(|c| {
-                        c["type"] == "Valid"
-                            && c["status"] == "False"
-                            && c["message"].as_str().is_some_and(|m| {
-                                m.contains("nodeName") && m.contains("nodeSelector")
+        eventually(
+            &format!("{name}: the Valid condition says what is wrong"),
+            || {
+                let api = api.clone();
+                let words = words.clone();
+                async move {
+                    let nm = api.get(name).await.unwrap();
+                    nm.data["status"]["conditions"]
+                        .as_array()
+                        .is_some_and(|cs| {
+                            cs.iter().any(|c| {
+                                c["type"] == "Valid"
+                                    && c["status"] == "False"
+                                    && c["message"]
+                                        .as_str()
+                                        .is_some_and(|m| words.iter().all(|w| m.contains(w)))
                             })
-                    })
-                })
+                        })
+                }
+            },
+        )
+        .await;
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    eventually("the valid object cordons node-a", || {
+        let nodes = nodes.clone();
+        async move {
+            nodes
+                .get("node-a")
+                .await
+                .unwrap()
+                .spec
+                .unwrap_or_default()
+                .unschedulable
+                == Some(true)
         }
     })
     .await;
-    let spec = Api::<Node>::all(client.clone())
-        .get("node-a")
-        .await
-        .unwrap()
-        .spec
-        .unwrap_or_default();
-    assert_ne!(
-        spec.unschedulable,
-        Some(true),
-        "no action on an invalid object"
+    let api = nms.clone();
+    eventually("the valid object's entry reads Cordoned", || {
+        let api = api.clone();
+        async move { api.get("fence").await.unwrap().data["status"]["nodes"][0]["phase"] == "Cordoned" }
+    })
+    .await;
+    assert!(
+        sim.state.audit.entries().iter().all(|e| e.verb != "evict"),
+        "no invalid object drained anything"
     );
-    assert!(sim.state.audit.entries().iter().all(|e| e.verb != "evict"));
+    for (name, _, _) in &bad {
+        let nm = nms.get(name).await.unwrap();
+        assert!(
+            nm.data["status"]["nodes"].is_null(),
+            "{name}: no entry for an object not acted on"
+        );
+    }
+    stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_follows_a_drain_over_two_nodes_that_progress_independently() {
+    let sim = scenario("small.yaml").await;
+    let k = common::kubectl::Kubectl::new(&sim);
+    let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy");
+    k.ok(&["apply", "-k", deploy]).await;
+    let stop = CancellationToken::new();
+    for node in ["node-a", "node-b"] {
+        tokio::spawn(agent_for(&sim, node).run(stop.clone()));
+    }
+    // Both nodes at once: node-b has only its DaemonSet pod and drains;
+    // node-a's web pods have nowhere to go, so their budget holds node-a.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        file.path(),
+        "apiVersion: maintd.io/v1alpha1\nkind: NodeMaintenance\nmetadata:\n  name: rack-7\n\
+         spec:\n  nodeSelector:\n    matchExpressions:\n      - {key: kubernetes.io/hostname, operator: In, values: [node-a, node-b]}\n\
+         \x20 stage: Drain\n  reason: rack 7 power work\n",
+    )
+    .unwrap();
+    k.ok(&["apply", "-f", file.path().to_str().unwrap()]).await;
+
+    let k_ref = &k;
+    eventually("kubectl shows 2 selected, 1 drained", || async move {
+        let table = k_ref.ok(&["get", "nodemaintenances"]).await;
+        let row: Vec<String> = table
+            .lines()
+            .nth(1)
+            .unwrap_or("")
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        row.len() >= 4 && row[..4] == ["rack-7", "Drain", "2", "1"]
+    })
+    .await;
+    // Each node's own entry, side by side.
+    let columns = "custom-columns=NODE:.status.nodes[*].nodeName,PHASE:.status.nodes[*].phase,PROGRESS:.status.nodes[*].drainProgress";
+    let shown = k
+        .ok(&["get", "nodemaintenance", "rack-7", "-o", columns])
+        .await;
+    let row: Vec<_> = shown.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[..2], ["node-a,node-b", "Blocked,Drained"], "{shown}");
+    assert!(row[2].ends_with(",100"), "{shown}");
+    let obj = k.json(&["get", "nodemaintenance", "rack-7"]).await;
+    let a = &obj["status"]["nodes"][0];
+    assert!(
+        a["pendingPods"].as_array().unwrap().iter().any(|p| {
+            p["name"].as_str().unwrap().starts_with("web-")
+                && p["blocker"]
+                    .as_str()
+                    .is_some_and(|b| b.contains("disruption budget web"))
+        }),
+        "node-a names the budget that holds it: {a}"
+    );
+    assert!(a["podsRemaining"].as_i64().unwrap() > 0 && a["drainProgress"].as_i64().unwrap() < 100);
+
+    // Deleting the object undoes both.
+    k.ok(&["delete", "nodemaintenance", "rack-7"]).await;
+    for node in ["node-a", "node-b"] {
+        eventually(&format!("{node} is back in service"), || async move {
+            let spec = k_ref.json(&["get", "node", node]).await["spec"].clone();
+            spec["unschedulable"] != true
+                && spec["taints"]
+                    .as_array()
+                    .is_none_or(|ts| ts.iter().all(|t| t["key"] != "maintd.io/draining"))
+        })
+        .await;
+    }
     stop.cancel();
 }
