@@ -49,6 +49,10 @@ fn typed<T: serde::de::DeserializeOwned>(file: &str, doc: &Value) -> T {
     })
 }
 
+fn pod_spec(ds: &DaemonSet) -> &k8s_openapi::api::core::v1::PodSpec {
+    ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+}
+
 /// The objects `kubectl apply -k deploy/<variant>` would apply, typed.
 fn manifests(variant: &str) -> Manifests {
     let dir = deploy().join(variant);
@@ -165,17 +169,7 @@ fn rules_for(m: &Manifests, sa_ns: &str, sa: &str) -> Vec<(PolicyRule, Option<St
 fn assert_rbac_grants_exactly(variant: &str, calls: &[(&str, &str, &str, Option<&str>)]) {
     let m = manifests(variant);
     let ds = &m.daemonsets[0];
-    let sa = ds
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-        .service_account_name
-        .clone()
-        .unwrap();
+    let sa = pod_spec(ds).service_account_name.clone().unwrap();
     let sa_ns = ds.metadata.namespace.clone().unwrap();
     assert!(
         m.accounts
@@ -223,19 +217,7 @@ fn the_medik8s_variant_grants_exactly_what_the_medik8s_trigger_adds() {
     let calls: Vec<_> = AGENT_CALLS.iter().chain(MEDIK8S_CALLS).copied().collect();
     assert_rbac_grants_exactly("medik8s", &calls);
     let m = manifests("medik8s");
-    let env = |ds: &DaemonSet| {
-        ds.spec
-            .as_ref()
-            .unwrap()
-            .template
-            .spec
-            .as_ref()
-            .unwrap()
-            .containers[0]
-            .env
-            .clone()
-            .unwrap_or_default()
-    };
+    let env = |ds: &DaemonSet| pod_spec(ds).containers[0].env.clone().unwrap_or_default();
     let on = env(&m.daemonsets[0])
         .into_iter()
         .find(|e| e.name == "MAINTD_MEDIK8S")
@@ -261,7 +243,7 @@ fn daemonset_runs_everywhere_with_what_the_agent_needs_and_little_else() {
         Some("nodemaintenances.maintd.io")
     );
     let ds = &m.daemonsets[0];
-    let pod = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let pod = pod_spec(ds);
     assert_eq!(
         pod.priority_class_name.as_deref(),
         Some("system-node-critical")

@@ -8,8 +8,6 @@ use std::net::SocketAddr;
 
 use common::endpoint::{EndpointAgent, send_raw};
 use common::*;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::Api;
 use serde_json::{Value, json};
 
 async fn fleetlock(addr: SocketAddr, path: &str, header: bool) -> (u16, Value) {
@@ -72,19 +70,8 @@ async fn zincati_pre_reboot_waits_for_the_drain_and_steady_state_undoes() {
 
     let (code, reply) = fleetlock(agent.local, "/v1/steady-state", true).await;
     assert_eq!(code, 200, "{reply}");
-    let nodes: Api<Node> = Api::all(client.clone());
-    eventually("the node is back in service", || {
-        let nodes = nodes.clone();
-        async move {
-            nodes
-                .get("node-a")
-                .await
-                .unwrap()
-                .spec
-                .unwrap_or_default()
-                .unschedulable
-                != Some(true)
-        }
+    eventually("the node is back in service", || async {
+        !is_cordoned(&client, "node-a").await
     })
     .await;
     agent.stop().await;

@@ -351,19 +351,8 @@ async fn invalid_objects_get_a_condition_naming_the_problem_cause_no_action_and_
         )
         .await;
     }
-    let nodes: Api<Node> = Api::all(client.clone());
-    eventually("the valid object cordons node-a", || {
-        let nodes = nodes.clone();
-        async move {
-            nodes
-                .get("node-a")
-                .await
-                .unwrap()
-                .spec
-                .unwrap_or_default()
-                .unschedulable
-                == Some(true)
-        }
+    eventually("the valid object cordons node-a", || async {
+        is_cordoned(&client, "node-a").await
     })
     .await;
     let api = nms.clone();

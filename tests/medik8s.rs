@@ -65,6 +65,15 @@ async fn node_spec(k: &Kubectl, node: &str) -> Value {
     k.json(&["get", "node", node]).await["spec"].clone()
 }
 
+/// Sets the web budget's minAvailable (3: no disruption allowed).
+async fn set_min_available(k: &Kubectl, n: u32) {
+    let patch = format!(r#"{{"spec":{{"minAvailable":{n}}}}}"#);
+    k.ok(&[
+        "patch", "pdb", "web", "-n", "default", "--type", "merge", "-p", &patch,
+    ])
+    .await;
+}
+
 fn cordoned_and_tainted(spec: &Value) -> bool {
     spec["unschedulable"] == true
         && spec["taints"]
@@ -78,18 +87,7 @@ async fn a_medik8s_object_drains_its_node_and_reads_like_medik8s() {
     let k = Kubectl::new(&sim);
     install_medik8s_crd(&k).await;
     // The budget first allows nothing, so the status must show the block.
-    k.ok(&[
-        "patch",
-        "pdb",
-        "web",
-        "-n",
-        "default",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"minAvailable":3}}"#,
-    ])
-    .await;
+    set_min_available(&k, 3).await;
     let stop = CancellationToken::new();
     let progress = start_agent(&sim, "node-a", true, &stop);
     // node-b's agent runs without the flag: medik8s objects are not its business.
@@ -127,18 +125,7 @@ async fn a_medik8s_object_drains_its_node_and_reads_like_medik8s() {
     assert!(st["drainProgress"].as_i64().unwrap() < 100, "{st}");
     assert!(st["lastUpdate"].is_string(), "{st}");
 
-    k.ok(&[
-        "patch",
-        "pdb",
-        "web",
-        "-n",
-        "default",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"spec":{"minAvailable":2}}"#,
-    ])
-    .await;
+    set_min_available(&k, 2).await;
     eventually("the status says Succeeded", || async move {
         let st = status_of(k_ref, "disk").await;
         st["phase"] == "Succeeded" && st["drainProgress"] == 100

@@ -152,6 +152,15 @@ pub async fn taint(client: &kube::Client, node: &str, key: &str, value: Option<&
         .expect("taint patch");
 }
 
+/// Whether the node is cordoned (spec.unschedulable), as the API says now.
+pub async fn is_cordoned(client: &kube::Client, node: &str) -> bool {
+    let node = Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .expect("get node");
+    node.spec.and_then(|s| s.unschedulable) == Some(true)
+}
+
 /// Pods on a node, as the API lists them.
 pub async fn pods_on(client: &kube::Client, node: &str) -> Vec<Pod> {
     let pods: Api<Pod> = Api::all(client.clone());
