@@ -276,7 +276,10 @@ fn print_event(ev: &DrainEvent, progress: &Progress, style: Style) {
                 bar(done, st.pods_total)
             );
         }
-        EventKind::StageTimedOut | EventKind::StageEscalated | EventKind::Warning => {
+        EventKind::StageTimedOut
+        | EventKind::StageEscalated
+        | EventKind::Warning
+        | EventKind::DrainFailed => {
             println!("{t:7.2}s  ! {}", ev.message)
         }
         EventKind::DrainCompleted => println!("\n{t:7.2}s  node drained: {}", ev.message),

@@ -170,6 +170,56 @@ async fn a_drain_longer_than_the_budget_escalates_and_releases_in_time() {
         "the slow pod's stage was escalated"
     );
     assert!(position(&evs, EventKind::ShutdownReleased).is_some());
+    assert!(
+        position(&evs, EventKind::DrainFailed).is_none(),
+        "escalation got the pod out in time"
+    );
+    s.stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_never_goes_does_not_hold_the_reboot_and_the_drain_says_it_failed() {
+    let s = setup(Duration::from_secs(6), Duration::from_secs(1)).await;
+    // A finalizer nobody removes: neither eviction nor deletion gets it off
+    // the node.
+    let mut stuck = pod_json("default", "stuck", "node-a", json!({}));
+    stuck["metadata"]["finalizers"] = json!(["example.com/never"]);
+    let (code, body) = raw(
+        &s.sim,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        "application/json",
+        serde_json::to_vec(&stuck).unwrap(),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    s.sim.wait_settled(Duration::from_secs(30)).await.unwrap();
+    s.logind.reboot().await;
+    let record = tokio::time::timeout(Duration::from_secs(30), s.logind.wait_for_shutdowns(1))
+        .await
+        .expect("the reboot proceeds")[0]
+        .clone();
+    assert!(
+        !record.timed_out,
+        "released before logind's own limit: {record:?}"
+    );
+    let evs = wait_event(&s.events, EventKind::ShutdownReleased).await;
+    let failed = position(&evs, EventKind::DrainFailed).expect("the drain is reported failed");
+    assert!(failed < position(&evs, EventKind::ShutdownReleased).unwrap());
+    assert!(
+        evs[failed].message.contains(" pods left"),
+        "{}",
+        evs[failed].message
+    );
+    assert!(
+        position(&evs, EventKind::DrainCompleted).is_none(),
+        "the node was never drained"
+    );
+    assert!(
+        evs.iter()
+            .any(|e| e.event == EventKind::StageEscalated && e.pod.as_deref() == Some("stuck")),
+        "deletion was tried too"
+    );
     s.stop.cancel();
 }
 

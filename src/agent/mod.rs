@@ -399,7 +399,13 @@ impl Agent {
                 Wake::Drained => self.release(sd, "the node is drained").await,
                 Wake::Deadline => {
                     let left = self.progress().status().pods_remaining;
-                    self.warn(format!("the shutdown budget is nearly spent with {left} pods left; releasing the lock so the shutdown is not held past logind's limit"));
+                    let mut ev = self.progress().event(EventKind::DrainFailed);
+                    ev.message = format!(
+                        "the shutdown budget is nearly spent with {left} pods left; releasing the lock so the shutdown is not held past logind's limit"
+                    );
+                    self.progress()
+                        .update(|st| st.last_error = Some(ev.message.clone()));
+                    self.progress().emit(ev);
                     self.release(sd, "the drain's share of the shutdown budget ran out")
                         .await;
                 }

@@ -45,6 +45,9 @@ pub enum EventKind {
     StageTimedOut,
     StageEscalated,
     DrainCompleted,
+    /// The drain could not finish in the time it had (a shutdown's budget
+    /// ran out with pods left); what is left goes down with the node.
+    DrainFailed,
     DrainCancelled,
     UndoStarted,
     NodeUnmarked,
@@ -195,6 +198,7 @@ impl Progress {
             EventKind::PodBlocked
             | EventKind::PodError
             | EventKind::Warning
+            | EventKind::DrainFailed
             | EventKind::StageTimedOut => {
                 tracing::warn!(node = %ev.node, %pod, %stage, message = %ev.message, "{:?}", ev.event)
             }

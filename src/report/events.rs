@@ -1,7 +1,7 @@
 //! Kubernetes Events (events.k8s.io/v1) for what the drain does: on the
-//! Node (drain started, stage started, eviction blocked, drained, undone,
-//! static pods stashed and restored, shutdown delayed) and on each evicted
-//! pod. A repeat of the same event within ten minutes updates the first
+//! Node (drain started, stage started, eviction blocked or failed, drained,
+//! drain failed, undone, static pods stashed and restored, shutdown
+//! delayed, the agent's warnings) and on each evicted pod. A repeat of the same event within ten minutes updates the first
 //! one's series instead of creating another, as the kubelet's recorder does.
 
 use std::collections::HashMap;
@@ -86,6 +86,16 @@ fn translate(
             "Normal",
             format!("maintd drained the node: {}", ev.message),
         ),
+        EventKind::DrainFailed => on_node("DrainFailed", "Warning", ev.message.clone()),
+        EventKind::PodError => {
+            let (ns, name) = pod();
+            on_node(
+                "EvictionFailed",
+                "Warning",
+                format!("evicting {ns}/{name} failed: {}", ev.message),
+            )
+        }
+        EventKind::Warning => on_node("DrainWarning", "Warning", ev.message.clone()),
         EventKind::NodeUnmarked => on_node(
             "Undrained",
             "Normal",
@@ -220,4 +230,143 @@ fn micro_now() -> String {
     jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: EventKind, pod: Option<&str>, message: &str) -> DrainEvent {
+        let p = Progress::new("node-a");
+        let mut ev = p.event(kind);
+        ev.namespace = pod.map(|_| "shop".to_string());
+        ev.pod = pod.map(str::to_string);
+        ev.stage = Some(2);
+        ev.message = message.into();
+        ev
+    }
+
+    #[test]
+    fn what_the_drain_does_becomes_events_on_the_node_and_the_evicted_pod() {
+        // (event, pod, message) → (regarding kind, reason, type, note contains)
+        let cases = [
+            (
+                EventKind::DrainStarted,
+                None,
+                "taint maintd.io/drain",
+                Some(("Node", "DrainStarted", "Normal", "started draining")),
+            ),
+            (
+                EventKind::StageStarted,
+                None,
+                "DaemonSet pods",
+                Some((
+                    "Node",
+                    "DrainStageStarted",
+                    "Normal",
+                    "stage 2: DaemonSet pods",
+                )),
+            ),
+            (
+                EventKind::PodBlocked,
+                Some("web-1"),
+                "The disruption budget web needs 2",
+                Some((
+                    "Node",
+                    "EvictionBlocked",
+                    "Warning",
+                    "shop/web-1 refused: The disruption budget web",
+                )),
+            ),
+            (
+                EventKind::PodError,
+                Some("web-1"),
+                "forbidden: denied by policy",
+                Some((
+                    "Node",
+                    "EvictionFailed",
+                    "Warning",
+                    "shop/web-1 failed: forbidden",
+                )),
+            ),
+            (
+                EventKind::DrainCompleted,
+                None,
+                "12 pods",
+                Some(("Node", "Drained", "Normal", "drained the node")),
+            ),
+            (
+                EventKind::DrainFailed,
+                None,
+                "the shutdown budget is nearly spent with 3 pods left",
+                Some(("Node", "DrainFailed", "Warning", "3 pods left")),
+            ),
+            (
+                EventKind::Warning,
+                None,
+                "giving back the reboot slot: timeout",
+                Some(("Node", "DrainWarning", "Warning", "reboot slot")),
+            ),
+            (
+                EventKind::NodeUnmarked,
+                None,
+                "uncordoned",
+                Some(("Node", "Undrained", "Normal", "uncordoned")),
+            ),
+            (
+                EventKind::ShutdownPreparing,
+                None,
+                "reboot in 60 s",
+                Some(("Node", "ShutdownDelayed", "Normal", "reboot")),
+            ),
+            (
+                EventKind::PodEvicted,
+                Some("web-1"),
+                "",
+                Some((
+                    "Pod",
+                    "Evicted",
+                    "Normal",
+                    "evicted by maintd draining node node-a",
+                )),
+            ),
+            // Too fine-grained for Events: the status and the log carry them.
+            (EventKind::PodEvicting, Some("web-1"), "", None),
+            (EventKind::PodGone, Some("web-1"), "", None),
+            (EventKind::StageCompleted, None, "", None),
+        ];
+        for (kind, pod, message, want) in cases {
+            let got = translate("node-a", &event(kind, pod, message));
+            match (got, want) {
+                (None, None) => {}
+                (
+                    Some((regarding, ns, name, reason, type_, note)),
+                    Some((w_regarding, w_reason, w_type, w_note)),
+                ) => {
+                    assert_eq!(
+                        (regarding, reason, type_),
+                        (w_regarding, w_reason, w_type),
+                        "{kind:?}"
+                    );
+                    assert!(note.contains(w_note), "{kind:?}: {note}");
+                    let want_name = if regarding == "Pod" {
+                        "web-1"
+                    } else {
+                        "node-a"
+                    };
+                    assert_eq!(name, want_name, "{kind:?}");
+                    assert_eq!(
+                        ns,
+                        if regarding == "Pod" {
+                            "shop"
+                        } else {
+                            "default"
+                        },
+                        "{kind:?}"
+                    );
+                }
+                (got, want) => panic!("{kind:?}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
 }
