@@ -256,8 +256,9 @@ impl Agent {
             client: self.drainer.ops.client().clone(),
             node: self.config.node.clone(),
             progress: self.drainer.progress.clone(),
+            series_every: crate::report::events::SERIES_WRITE_EVERY,
         };
-        tokio::spawn(recorder.run(stop.clone()));
+        recorder.spawn(stop.clone());
         self.start_endpoints(&stop, inhibitor, metrics).await;
         let mut running: Option<Running> = None;
         let mut node_changes = self.node.changes();

@@ -1,8 +1,10 @@
 //! Kubernetes Events (events.k8s.io/v1) for what the drain does: on the
 //! Node (drain started, stage started, eviction blocked or failed, drained,
 //! drain failed, undone, static pods stashed and restored, shutdown
-//! delayed, the agent's warnings) and on each evicted pod. A repeat of the same event within ten minutes updates the first
-//! one's series instead of creating another, as the kubelet's recorder does.
+//! delayed, the agent's warnings) and on each evicted pod. A repeat of the
+//! same event within ten minutes counts in the first one's series instead
+//! of creating another, as the kubelet's recorder does; the count is
+//! written at most every 30 s.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -15,6 +17,9 @@ use tokio_util::sync::CancellationToken;
 use crate::drain::progress::{DrainEvent, EventKind, Progress};
 
 const SERIES_WINDOW: Duration = Duration::from_secs(600);
+/// A series' count is written at most this often: a pod blocked for an
+/// hour costs a write every half minute, not one per retry.
+pub const SERIES_WRITE_EVERY: Duration = Duration::from_secs(30);
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Records the drain's events as Kubernetes Events.
@@ -22,6 +27,8 @@ pub struct EventRecorder {
     pub client: kube::Client,
     pub node: String,
     pub progress: Progress,
+    /// How often a series' count is written ([`SERIES_WRITE_EVERY`]).
+    pub series_every: Duration,
 }
 
 /// (namespace, regarding kind, regarding name, reason, note) of an Event.
@@ -29,8 +36,11 @@ type Key = (String, String, String, String, String);
 
 struct Recorded {
     name: String,
+    /// Times seen, and times the API was last told.
     count: u64,
+    written_count: u64,
     first: Instant,
+    written: Instant,
 }
 
 /// What an agent event becomes: (regarding kind, namespace, name, reason,
@@ -123,12 +133,35 @@ fn translate(
 }
 
 impl EventRecorder {
-    pub async fn run(self, stop: CancellationToken) {
-        let mut rx = self.progress.subscribe();
+    /// Starts recording: every event from now on is seen (the
+    /// subscription is taken before this returns).
+    pub fn spawn(self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let rx = self.progress.subscribe();
+        tokio::spawn(self.run(rx, stop))
+    }
+
+    async fn run(
+        self,
+        mut rx: tokio::sync::broadcast::Receiver<DrainEvent>,
+        stop: CancellationToken,
+    ) {
         let mut seen: HashMap<Key, Recorded> = HashMap::new();
+        let mut flush = tokio::time::interval(self.series_every);
+        flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let ev = tokio::select! {
                 ev = rx.recv() => ev,
+                _ = flush.tick() => {
+                    // Repeats not yet counted on the API, now that a while
+                    // has passed.
+                    for ((ns, ..), r) in seen.iter_mut() {
+                        if r.count > r.written_count {
+                            self.write_series(ns, r).await;
+                        }
+                    }
+                    seen.retain(|_, r| r.first.elapsed() < SERIES_WINDOW);
+                    continue;
+                }
                 _ = stop.cancelled() => return,
             };
             let ev = match ev {
@@ -155,19 +188,13 @@ impl EventRecorder {
                 reason.to_string(),
                 note.clone(),
             );
-            seen.retain(|_, r| r.first.elapsed() < SERIES_WINDOW);
-            if let Some(r) = seen.get_mut(&key) {
+            if let Some(r) = seen.get_mut(&key)
+                && r.first.elapsed() < SERIES_WINDOW
+            {
                 r.count += 1;
-                let patch = json!({"series": {"count": r.count, "lastObservedTime": micro_now()}});
-                let name = r.name.clone();
-                self.call(
-                    Request::patch(format!(
-                        "/apis/events.k8s.io/v1/namespaces/{ns}/events/{name}"
-                    )),
-                    "application/merge-patch+json",
-                    &patch,
-                )
-                .await;
+                if r.written.elapsed() >= self.series_every {
+                    self.write_series(&ns, r).await;
+                }
                 continue;
             }
             let event_name = format!("{name}.{:016x}", rand::random::<u64>());
@@ -196,10 +223,25 @@ impl EventRecorder {
                     Recorded {
                         name: event_name,
                         count: 1,
+                        written_count: 1,
                         first: Instant::now(),
+                        written: Instant::now(),
                     },
                 );
             }
+        }
+    }
+
+    /// Writes the series count of an Event seen again.
+    async fn write_series(&self, ns: &str, r: &mut Recorded) {
+        let patch = json!({"series": {"count": r.count, "lastObservedTime": micro_now()}});
+        let path = format!("/apis/events.k8s.io/v1/namespaces/{ns}/events/{}", r.name);
+        r.written = Instant::now();
+        if self
+            .call(Request::patch(path), "application/merge-patch+json", &patch)
+            .await
+        {
+            r.written_count = r.count;
         }
     }
 
