@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::{CORDONED_ANNOTATION, ClusterOps, TaintSpec};
+use crate::cluster::{ClusterOps, TaintSpec};
 use crate::config::Config;
 use crate::drain::executor::{DrainOptions, Drainer};
 use crate::drain::plan::PlanOptions;
@@ -22,7 +22,9 @@ use crate::trigger::maintenance::MaintenanceTrigger;
 
 mod fleet;
 pub use fleet::AgentDrain;
+mod medik8s;
 mod shutdown;
+mod undo;
 use crate::trigger::shutdown::{ActiveShutdown, ShutdownTrigger};
 use crate::trigger::{self, Desired};
 
@@ -152,20 +154,6 @@ impl Agent {
         }
     }
 
-    /// Whether the node or the disk still carry maintd's marks.
-    fn has_leftovers(&self) -> bool {
-        let marked = self
-            .node
-            .by_name(&self.config.node)
-            .is_some_and(|n| carries_marks(&n, &self.drainer.taint.key));
-        let stashed = self
-            .drainer
-            .stash
-            .as_ref()
-            .is_some_and(|s| s.stashed().map(|f| !f.is_empty()).unwrap_or(false));
-        marked || stashed
-    }
-
     /// Runs until `stop`. Stopping does not undo: a restarted agent resumes
     /// the drain it finds.
     pub async fn run(self, stop: CancellationToken) {
@@ -266,6 +254,7 @@ impl Agent {
         let mut medik8s_changes = self.medik8s.as_ref().map(|m| m.index.changes());
         let mut local_slot: Option<crate::coordination::SlotGuard> = None;
         let mut slot_retry: Option<tokio::time::Instant> = None;
+        let mut release_retry: Option<tokio::time::Instant> = None;
         let mut local_changes = self.local.subscribe();
         let mut progress = self.progress().subscribe();
         let mut warned_value: Option<String> = None;
@@ -345,19 +334,25 @@ impl Agent {
             // A medik8s object being deleted waits on its operator's
             // finalizer; once the node is not held for it, let it go.
             if held || !self.has_leftovers() {
-                self.release_medik8s_objects().await;
+                release_retry = (!self.release_medik8s_objects().await)
+                    .then(|| tokio::time::Instant::now() + Duration::from_secs(5));
             }
             let deadline = shutdown
                 .as_ref()
                 .and_then(ShutdownTrigger::release_deadline);
-            let retry_at = slot_retry;
+            let retry_at = slot_retry.into_iter().chain(release_retry).min();
             let wake = tokio::select! {
                 _ = async {
                     match retry_at {
                         Some(t) => tokio::time::sleep_until(t).await,
                         None => std::future::pending().await,
                     }
-                } => { slot_retry = None; Wake::Node },
+                } => {
+                    let now = tokio::time::Instant::now();
+                    slot_retry = slot_retry.filter(|t| *t > now);
+                    release_retry = release_retry.filter(|t| *t > now);
+                    Wake::Node
+                },
                 r = node_changes.changed() => if r.is_err() { return } else { Wake::Node },
                 // The sender lives in self.local, so this never closes.
                 _ = local_changes.changed() => Wake::Node,
@@ -415,30 +410,6 @@ impl Agent {
         }
     }
 
-    /// Takes medik8s' finalizer off this node's objects that are being
-    /// deleted (see [`crate::api::medik8s::awaits_release`]). A failure is
-    /// logged and tried again on the next pass.
-    async fn release_medik8s_objects(&self) {
-        use crate::api::medik8s;
-        let Some(m) = &self.medik8s else { return };
-        for obj in m.index.all() {
-            if !medik8s::awaits_release(&obj, &self.config.node) {
-                continue;
-            }
-            let ops = &self.drainer.ops;
-            match ops
-                .remove_finalizer(medik8s::PATH, &obj, medik8s::FINALIZER)
-                .await
-            {
-                Ok(()) => tracing::info!(
-                    name = obj["metadata"]["name"].as_str().unwrap_or_default(),
-                    "the medik8s NodeMaintenance no longer holds the node; removed its finalizer"
-                ),
-                Err(e) => tracing::warn!(error = %e, "will retry"),
-            }
-        }
-    }
-
     fn warn(&self, message: String) {
         let mut ev = self.progress().event(EventKind::Warning);
         ev.message = message;
@@ -465,31 +436,4 @@ impl Agent {
         };
         crate::http::start(ep, self.config.listen, self.config.listen_local, stop).await;
     }
-
-    async fn undo_until_done(&self, stop: &CancellationToken) {
-        let mut backoff = crate::index::Backoff::with(500, 10_000);
-        while self.drainer.undo().await.is_err() {
-            tokio::select! {
-                _ = tokio::time::sleep(backoff.next_delay()) => {}
-                _ = stop.cancelled() => return,
-            }
-        }
-        // Let the node watch catch up with the undo before judging leftovers.
-        let node = self.node.clone();
-        let name = self.config.node.clone();
-        let key = self.drainer.taint.key.clone();
-        let _ = tokio::time::timeout(
-            Duration::from_secs(5),
-            node.wait_until(move |i| i.by_name(&name).is_none_or(|n| !carries_marks(&n, &key))),
-        )
-        .await;
-    }
-}
-
-/// Whether the node still carries maintd's cordon record or its taint.
-fn carries_marks(node: &serde_json::Value, taint_key: &str) -> bool {
-    node["metadata"]["annotations"][CORDONED_ANNOTATION].is_string()
-        || node["spec"]["taints"]
-            .as_array()
-            .is_some_and(|ts| ts.iter().any(|t| t["key"] == taint_key))
 }
