@@ -360,15 +360,7 @@ async fn malformed_pods_and_a_missing_manifest_dir_are_reported_and_the_rest_dra
     ] {
         let mut pod = pod_json("default", name, "node-a", json!({}));
         json_patch::merge(&mut pod, &extra);
-        let (code, body) = raw(
-            &sim,
-            "POST",
-            "/api/v1/namespaces/default/pods",
-            "application/json",
-            serde_json::to_vec(&pod).unwrap(),
-        )
-        .await;
-        assert_eq!(code, 201, "{body}");
+        post_pod(&sim, &pod).await;
     }
     let agent = RunningAgent::start(
         &sim,

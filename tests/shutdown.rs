@@ -87,6 +87,27 @@ async fn wait_event(events: &Arc<Mutex<Vec<DrainEvent>>>, kind: EventKind) -> Ve
     events.lock().unwrap().clone()
 }
 
+/// Puts one more pod on node-a and lets the cluster settle.
+async fn add_pod(s: &Setup, pod: serde_json::Value) {
+    post_pod(&s.sim, &pod).await;
+    s.sim.wait_settled(Duration::from_secs(30)).await.unwrap();
+}
+
+/// Asks logind to reboot and returns its record of the shutdown, which
+/// must go ahead before logind's own limit.
+async fn reboot_in_time(s: &Setup) -> maintd::sim::logind::ShutdownRecord {
+    s.logind.reboot().await;
+    let record = tokio::time::timeout(Duration::from_secs(30), s.logind.wait_for_shutdowns(1))
+        .await
+        .expect("the reboot proceeds")[0]
+        .clone();
+    assert!(
+        !record.timed_out,
+        "the lock was released before logind gave up waiting: {record:?}"
+    );
+    record
+}
+
 fn position(evs: &[DrainEvent], kind: EventKind) -> Option<usize> {
     evs.iter().position(|e| e.event == kind)
 }
@@ -143,25 +164,8 @@ async fn a_drain_longer_than_the_budget_escalates_and_releases_in_time() {
     let mut slow = pod_json("default", "slow", "node-a", json!({}));
     slow["metadata"]["annotations"] = json!({"sim.maintd.io/shutdown-seconds": "60"});
     slow["spec"]["terminationGracePeriodSeconds"] = json!(60);
-    let (code, body) = raw(
-        &s.sim,
-        "POST",
-        "/api/v1/namespaces/default/pods",
-        "application/json",
-        serde_json::to_vec(&slow).unwrap(),
-    )
-    .await;
-    assert_eq!(code, 201, "{body}");
-    s.sim.wait_settled(Duration::from_secs(30)).await.unwrap();
-    s.logind.reboot().await;
-    let record = tokio::time::timeout(Duration::from_secs(30), s.logind.wait_for_shutdowns(1))
-        .await
-        .expect("the reboot proceeds")[0]
-        .clone();
-    assert!(
-        !record.timed_out,
-        "the lock was released before logind gave up waiting: {record:?}"
-    );
+    add_pod(&s, slow).await;
+    let record = reboot_in_time(&s).await;
     assert!(record.delayed < Duration::from_secs(6));
     let evs = wait_event(&s.events, EventKind::ShutdownReleased).await;
     assert!(
@@ -184,25 +188,8 @@ async fn a_pod_that_never_goes_does_not_hold_the_reboot_and_the_drain_says_it_fa
     // the node.
     let mut stuck = pod_json("default", "stuck", "node-a", json!({}));
     stuck["metadata"]["finalizers"] = json!(["example.com/never"]);
-    let (code, body) = raw(
-        &s.sim,
-        "POST",
-        "/api/v1/namespaces/default/pods",
-        "application/json",
-        serde_json::to_vec(&stuck).unwrap(),
-    )
-    .await;
-    assert_eq!(code, 201, "{body}");
-    s.sim.wait_settled(Duration::from_secs(30)).await.unwrap();
-    s.logind.reboot().await;
-    let record = tokio::time::timeout(Duration::from_secs(30), s.logind.wait_for_shutdowns(1))
-        .await
-        .expect("the reboot proceeds")[0]
-        .clone();
-    assert!(
-        !record.timed_out,
-        "released before logind's own limit: {record:?}"
-    );
+    add_pod(&s, stuck).await;
+    reboot_in_time(&s).await;
     let evs = wait_event(&s.events, EventKind::ShutdownReleased).await;
     let failed = position(&evs, EventKind::DrainFailed).expect("the drain is reported failed");
     assert!(failed < position(&evs, EventKind::ShutdownReleased).unwrap());

@@ -152,6 +152,21 @@ pub async fn taint(client: &kube::Client, node: &str, key: &str, value: Option<&
         .expect("taint patch");
 }
 
+/// Creates a pod from raw JSON, as any client could send it (fields a typed
+/// client would refuse included); the API must accept it.
+pub async fn post_pod(sim: &SimCluster, pod: &Value) {
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or("default");
+    let (code, body) = raw(
+        sim,
+        "POST",
+        &format!("/api/v1/namespaces/{ns}/pods"),
+        "application/json",
+        serde_json::to_vec(pod).unwrap(),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+}
+
 /// Whether the node is cordoned (spec.unschedulable), as the API says now.
 pub async fn is_cordoned(client: &kube::Client, node: &str) -> bool {
     let node = Api::<Node>::all(client.clone())
