@@ -10,6 +10,25 @@ use std::time::Duration;
 use http::Request;
 use serde_json::{Value, json};
 
+/// The User-Agent of `node`'s agent, so that API audit logs and priority
+/// and fairness rules can tell which node's agent made a call.
+pub fn user_agent(node: &str) -> String {
+    format!("maintd/{} (node {node})", env!("CARGO_PKG_VERSION"))
+}
+
+/// A client configuration made fit for an agent: kube's own retry off
+/// (the drain paces its retries and must see every 429), and the agent's
+/// User-Agent. A node name that cannot go into a header is left out of it.
+pub fn agent_config(mut config: kube::Config, node: &str) -> kube::Config {
+    config.default_retry = false;
+    let ua = http::HeaderValue::from_str(&user_agent(node))
+        .or_else(|_| http::HeaderValue::from_str(&user_agent("?")));
+    if let Ok(ua) = ua {
+        config.headers.push((http::header::USER_AGENT, ua));
+    }
+    config
+}
+
 /// Annotation maintd sets on the Node when it cordoned it, so that undo
 /// uncordons only what maintd cordoned.
 pub const CORDONED_ANNOTATION: &str = "maintd.io/cordoned";

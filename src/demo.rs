@@ -90,7 +90,8 @@ pub async fn run_shutdown(style: Style, limit: Duration) -> Result<(), DemoError
         margin: Duration::from_secs(5),
         bus: Some(bus.address.clone()),
     });
-    let agent = Agent::new(config, sim.client_with(false));
+    let client = sim.agent_client(&config.node);
+    let agent = Agent::new(config, client);
     let progress = agent.progress().clone();
     let mut events = progress.subscribe();
     let stop = CancellationToken::new();
@@ -152,7 +153,8 @@ pub async fn run_shutdown(style: Style, limit: Duration) -> Result<(), DemoError
 
 pub async fn run(style: Style, limit: Duration) -> Result<(), DemoError> {
     let (sim, config, kubeconfig) = start_cluster(style).await?;
-    let agent = Agent::new(config, sim.client_with(false));
+    let client = sim.agent_client(&config.node);
+    let agent = Agent::new(config, client);
     let progress = agent.progress().clone();
     let mut events = progress.subscribe();
     let stop = CancellationToken::new();

@@ -147,10 +147,11 @@ enum Output {
 }
 
 /// A client for the cluster: an explicit kubeconfig, or whatever kube's
-/// inference finds (KUBECONFIG, ~/.kube/config, in-cluster). kube's own
-/// retry is off: the agent paces its retries and must see every 429.
-async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
-    let mut config = match kubeconfig {
+/// inference finds (KUBECONFIG, ~/.kube/config, in-cluster), set up as
+/// `node`'s agent's (see maintd::cluster::agent_config): kube's own retry
+/// off, and a User-Agent naming the node.
+async fn client(kubeconfig: Option<&PathBuf>, node: &str) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
@@ -162,8 +163,8 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
             .await
             .context("finding cluster credentials (kubeconfig or in-cluster service account)")?,
     };
-    config.default_retry = false;
-    kube::Client::try_from(config).context("building the API client")
+    kube::Client::try_from(maintd::cluster::agent_config(config, node))
+        .context("building the API client")
 }
 
 async fn shutdown_signal() {
@@ -208,7 +209,7 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Run { agent, kubeconfig } => {
             let config = agent.into_config()?;
-            let client = client(kubeconfig.as_ref()).await?;
+            let client = client(kubeconfig.as_ref(), &config.node).await?;
             let stop = CancellationToken::new();
             let agent = Agent::new(config, client);
             let task = tokio::spawn(agent.run(stop.clone()));
@@ -265,7 +266,7 @@ async fn main() -> anyhow::Result<()> {
             kubeconfig,
             output,
         } => {
-            let client = client(kubeconfig.as_ref()).await?;
+            let client = client(kubeconfig.as_ref(), &node).await?;
             let plan = maintd::plan_cmd::plan_for_node(&client, &node).await?;
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&plan)?),

@@ -4,6 +4,8 @@
 //! compatibility). The manifests are rendered by `kubectl kustomize`, as
 //! `kubectl apply -k` renders them.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -110,6 +112,7 @@ const AGENT_CALLS: &[(&str, &str, &str, Option<&str>)] = &[
     ("events.k8s.io", "events", "create", None),
     ("events.k8s.io", "events", "patch", None),
     ("coordination.k8s.io", "leases", "get", Some("maintd")),
+    ("coordination.k8s.io", "leases", "list", Some("maintd")),
     ("coordination.k8s.io", "leases", "create", Some("maintd")),
     ("coordination.k8s.io", "leases", "update", Some("maintd")),
 ];
@@ -329,4 +332,258 @@ fn daemonset_runs_everywhere_with_what_the_agent_needs_and_little_else() {
     assert!(caps.add.as_ref().is_none_or(|a| a.is_empty()));
     let req = c.resources.as_ref().unwrap().requests.as_ref().unwrap();
     assert!(req.contains_key("cpu") && req.contains_key("memory"));
+}
+
+/// (group, resource, verb, namespace) of one API request, as RBAC sees it;
+/// None for what RBAC does not cover by resource (discovery, /version).
+fn as_rbac_call(
+    method: &str,
+    path: &str,
+    watch: bool,
+) -> Option<(String, String, String, Option<String>)> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", "v1", rest @ ..] => (String::new(), rest),
+        ["apis", group, _version, rest @ ..] => (group.to_string(), rest),
+        _ => return None,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
+        rest => (None, rest),
+    };
+    let (resource, named) = match rest {
+        [resource] => (resource.to_string(), false),
+        [resource, _name] => (resource.to_string(), true),
+        [resource, _name, sub] => (format!("{resource}/{sub}"), true),
+        _ => return None,
+    };
+    let verb = match (method, named, watch) {
+        ("GET", _, true) => "watch",
+        ("GET", false, false) => "list",
+        ("GET", true, false) => "get",
+        ("POST", _, _) => "create",
+        ("PUT", _, _) => "update",
+        ("PATCH", _, _) => "patch",
+        ("DELETE", true, _) => "delete",
+        ("DELETE", false, _) => "deletecollection",
+        _ => return None,
+    };
+    Some((group, resource, verb.to_string(), namespace))
+}
+
+#[test]
+fn requests_map_to_the_rbac_calls_they_need() {
+    let cases = [
+        (
+            "GET",
+            "/api/v1/pods",
+            true,
+            Some(("", "pods", "watch", None)),
+        ),
+        (
+            "GET",
+            "/api/v1/nodes/node-a",
+            false,
+            Some(("", "nodes", "get", None)),
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/shop/pods/web-1/eviction",
+            false,
+            Some(("", "pods/eviction", "create", Some("shop"))),
+        ),
+        (
+            "PATCH",
+            "/api/v1/nodes/node-a/status",
+            false,
+            Some(("", "nodes/status", "patch", None)),
+        ),
+        (
+            "PUT",
+            "/apis/coordination.k8s.io/v1/namespaces/maintd/leases/slot-0",
+            false,
+            Some(("coordination.k8s.io", "leases", "update", Some("maintd"))),
+        ),
+        (
+            "GET",
+            "/apis/maintd.io/v1alpha1/nodemaintenances",
+            false,
+            Some(("maintd.io", "nodemaintenances", "list", None)),
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces",
+            false,
+            Some(("", "namespaces", "list", None)),
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/maintd",
+            false,
+            Some(("", "namespaces", "get", None)),
+        ),
+        ("GET", "/apis", false, None),
+        ("GET", "/version", false, None),
+    ];
+    for (method, path, watch, want) in cases {
+        let want = want.map(|(g, r, v, ns): (&str, &str, &str, Option<&str>)| {
+            (
+                g.to_string(),
+                r.to_string(),
+                v.to_string(),
+                ns.map(str::to_string),
+            )
+        });
+        assert_eq!(as_rbac_call(method, path, watch), want, "{method} {path}");
+    }
+}
+
+/// Runs one agent (with --medik8s) through every kind of maintenance on
+/// the simulated cluster and checks each request it actually made against
+/// deploy/'s RBAC and against the lists above: the lists cannot drift from
+/// what the code does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_an_agent_makes_is_granted() {
+    use common::kubectl::Kubectl;
+    use common::{endpoint, eventually, taint};
+    use maintd::drain::progress::Phase;
+
+    let sim = common::scenario("small.yaml").await;
+    let k = Kubectl::new(&sim);
+    k.ok(&["apply", "-k", deploy().join("medik8s").to_str().unwrap()])
+        .await;
+    let medik8s_crd = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/medik8s-crd.yaml");
+    k.ok(&["apply", "-f", medik8s_crd.to_str().unwrap()]).await;
+
+    let mut config =
+        maintd::config::Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap());
+    config.medik8s = true;
+    let local = endpoint::free_port();
+    config.listen_local = Some(local);
+    let agent = maintd::agent::Agent::new(config, sim.agent_client("node-a"));
+    let progress = agent.progress().clone();
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(agent.run(stop.clone()));
+    let phase_is = |want: Phase| {
+        let p = progress.clone();
+        move || {
+            let now = p.status().phase;
+            async move { now == want }
+        }
+    };
+    let yaml = |text: &str| {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), text).unwrap();
+        f
+    };
+
+    // A drain taint, then its removal.
+    let client = sim.client();
+    taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
+    eventually("drained for the taint", phase_is(Phase::Drained)).await;
+    taint(&client, "node-a", "maintd.io/drain", None).await;
+    eventually("undone", phase_is(Phase::Idle)).await;
+    // A NodeMaintenance, then its deletion.
+    let nm = yaml(
+        "apiVersion: maintd.io/v1alpha1\nkind: NodeMaintenance\nmetadata:\n  name: m\nspec:\n  nodeName: node-a\n  stage: Drain\n",
+    );
+    k.ok(&["apply", "-f", nm.path().to_str().unwrap()]).await;
+    eventually("drained for the NodeMaintenance", phase_is(Phase::Drained)).await;
+    let k_ref = &k;
+    eventually("its status written", || async move {
+        k_ref
+            .json(&["get", "nodemaintenances.maintd.io", "m"])
+            .await["status"]["nodes"][0]["phase"]
+            == "Drained"
+    })
+    .await;
+    k.ok(&["delete", "nodemaintenances.maintd.io", "m"]).await;
+    eventually("undone", phase_is(Phase::Idle)).await;
+    // A medik8s object its operator had handled, then its deletion.
+    let m8 = yaml(
+        "apiVersion: nodemaintenance.medik8s.io/v1beta1\nkind: NodeMaintenance\nmetadata:\n  name: m8\n  finalizers: [foregroundDeleteNodeMaintenance]\nspec:\n  nodeName: node-a\n",
+    );
+    k.ok(&["apply", "-f", m8.path().to_str().unwrap()]).await;
+    eventually("its medik8s status written", || async move {
+        k_ref
+            .json(&["get", "nodemaintenances.nodemaintenance.medik8s.io", "m8"])
+            .await["status"]["phase"]
+            == "Succeeded"
+    })
+    .await;
+    k.ok(&[
+        "delete",
+        "nodemaintenances.nodemaintenance.medik8s.io",
+        "m8",
+        "--wait=false",
+    ])
+    .await;
+    eventually("the medik8s object is let go", || async move {
+        !k_ref
+            .run(&["get", "nodemaintenances.nodemaintenance.medik8s.io", "m8"])
+            .await
+            .0
+    })
+    .await;
+    // A local drain, which takes a reboot slot (a Lease), then undrain.
+    let (code, body) =
+        endpoint::request(local, "POST", "/v1/drain", r#"{"reason": "os update"}"#).await;
+    assert_eq!(code, 202, "{body}");
+    eventually("drained for the local request", phase_is(Phase::Drained)).await;
+    let (code, body) = endpoint::request(local, "POST", "/v1/undrain", "").await;
+    assert!(code < 300, "{code} {body}");
+    eventually("undone", phase_is(Phase::Idle)).await;
+    stop.cancel();
+
+    let ua = maintd::cluster::user_agent("node-a");
+    let mut made: Vec<_> = sim
+        .state
+        .audit
+        .requests()
+        .iter()
+        .filter(|r| r.user_agent == ua)
+        .filter_map(|r| as_rbac_call(&r.method, &r.path, r.watch))
+        .collect();
+    made.sort();
+    made.dedup();
+    let listed: Vec<_> = AGENT_CALLS.iter().chain(MEDIK8S_CALLS).collect();
+    let rules = {
+        let m = manifests("medik8s");
+        let ds = &m.daemonsets[0];
+        let sa = pod_spec(ds).service_account_name.clone().unwrap();
+        rules_for(&m, ds.metadata.namespace.as_deref().unwrap(), &sa)
+    };
+    for (group, resource, verb, ns) in &made {
+        assert!(
+            listed.iter().any(|(g, r, v, n)| g == group
+                && r == resource
+                && v == verb
+                && n.is_none_or(|n| Some(n) == ns.as_deref())),
+            "the agent made {verb} {resource} (group {group:?}, namespace {ns:?}), which the call lists above leave out"
+        );
+        assert!(
+            rules
+                .iter()
+                .any(|(rule, scope)| grants(rule, group, resource, verb)
+                    && (scope.is_none() || scope == ns)),
+            "deploy/medik8s does not grant {verb} {resource} (group {group:?}, namespace {ns:?}), which the agent made"
+        );
+    }
+    // It went through everything it was meant to.
+    for want in [
+        ("", "pods/eviction", "create"),
+        ("", "nodes", "patch"),
+        ("", "nodes/status", "patch"),
+        ("maintd.io", "nodemaintenances/status", "patch"),
+        (MEDIK8S, "nodemaintenances/status", "patch"),
+        (MEDIK8S, "nodemaintenances", "patch"),
+        ("events.k8s.io", "events", "create"),
+        ("coordination.k8s.io", "leases", "create"),
+    ] {
+        assert!(
+            made.iter()
+                .any(|(g, r, v, _)| (g.as_str(), r.as_str(), v.as_str()) == want),
+            "{want:?} not seen in {made:?}"
+        );
+    }
 }

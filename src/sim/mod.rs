@@ -214,6 +214,17 @@ impl SimCluster {
             .unwrap_or_else(|_| unreachable!("an http:// config always builds a client"))
     }
 
+    /// A client as `node`'s agent has it (see
+    /// [`crate::cluster::agent_config`]): no retry of 429s, and the agent's
+    /// User-Agent, so the audit log tells its calls from a test's.
+    pub fn agent_client(&self, node: &str) -> kube::Client {
+        let url = self.url().parse().unwrap_or_default();
+        let mut config = kube::Config::new(url);
+        config.default_namespace = "default".into();
+        kube::Client::try_from(crate::cluster::agent_config(config, node))
+            .unwrap_or_else(|_| unreachable!("an http:// config always builds a client"))
+    }
+
     /// A kubeconfig that kubectl and kube-rs accept for this cluster.
     pub fn kubeconfig(&self) -> String {
         format!(
