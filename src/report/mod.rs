@@ -37,6 +37,37 @@ pub struct StatusReporter {
 
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// When the reporter may write again: at once after a success, after a
+/// growing delay (1 s doubling up to 60 s, with jitter) after failures.
+struct RetryPace {
+    backoff: crate::index::Backoff,
+    not_before: Option<tokio::time::Instant>,
+}
+
+impl Default for RetryPace {
+    fn default() -> Self {
+        RetryPace {
+            backoff: crate::index::Backoff::with(1_000, 60_000),
+            not_before: None,
+        }
+    }
+}
+
+impl RetryPace {
+    fn ready(&self, now: tokio::time::Instant) -> bool {
+        self.not_before.is_none_or(|t| now >= t)
+    }
+
+    fn record(&mut self, ok: bool, now: tokio::time::Instant) {
+        if ok {
+            self.backoff.reset();
+            self.not_before = None;
+        } else {
+            self.not_before = Some(now + self.backoff.next_delay());
+        }
+    }
+}
+
 /// This node's entry from the drain's status and the object's stage.
 pub fn entry(node: &str, stage: &Stage, st: &DrainStatus) -> NodeStatus {
     let phase = match (stage, st.phase) {
@@ -86,7 +117,9 @@ pub fn entry(node: &str, stage: &Stage, st: &DrainStatus) -> NodeStatus {
 
 impl StatusReporter {
     /// Runs until `stop`: wakes on drain progress and on the objects
-    /// changing, writes at most once a second.
+    /// changing, writes at most once a second; after a failed write, waits
+    /// longer each time (up to a minute) so a refused write (RBAC, a
+    /// missing CRD) from thousands of agents does not flood the API.
     pub async fn run(self, stop: CancellationToken) {
         let mut events = self.progress.subscribe();
         let mut objects = self.maintenance.index.changes();
@@ -96,6 +129,7 @@ impl StatusReporter {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut dirty = true;
+        let mut pace = RetryPace::default();
         let mut condition: Option<(String, String, String)> = None;
         loop {
             tokio::select! {
@@ -108,11 +142,13 @@ impl StatusReporter {
                     }
                 } => dirty = true,
                 _ = tick.tick() => {
-                    if dirty {
+                    let now = tokio::time::Instant::now();
+                    if dirty && pace.ready(now) {
                         let objects_ok = self.write_all(&mut written).await;
                         let medik8s_ok = self.write_medik8s(&mut written_medik8s).await;
                         let node_ok = self.write_condition(&mut condition).await;
                         dirty = !(objects_ok && medik8s_ok && node_ok);
+                        pace.record(!dirty, now);
                     }
                 }
                 _ = stop.cancelled() => return,
@@ -272,5 +308,39 @@ impl StatusReporter {
                 false
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::time::Instant;
+
+    #[test]
+    fn failed_writes_are_retried_ever_more_slowly_and_a_success_resets() {
+        let mut pace = RetryPace::default();
+        let t0 = Instant::now();
+        assert!(pace.ready(t0));
+        // Consecutive failures: each wait is about twice the last (±25 %
+        // jitter), up to a minute.
+        let mut now = t0;
+        let mut waits = Vec::new();
+        for _ in 0..10 {
+            pace.record(false, now);
+            let until = pace.not_before.unwrap();
+            assert!(!pace.ready(now));
+            assert!(pace.ready(until));
+            waits.push(until - now);
+            now = until;
+        }
+        let secs: Vec<f64> = waits.iter().map(|w| w.as_secs_f64()).collect();
+        assert!((0.75..=1.25).contains(&secs[0]), "{secs:?}");
+        assert!((1.5..=2.5).contains(&secs[1]), "{secs:?}");
+        assert!(secs.iter().all(|s| *s <= 75.0), "{secs:?}");
+        assert!(secs[9] >= 45.0, "capped near a minute: {secs:?}");
+        pace.record(true, now);
+        assert!(pace.ready(now));
+        pace.record(false, now);
+        assert!((pace.not_before.unwrap() - now).as_secs_f64() <= 1.25);
     }
 }
