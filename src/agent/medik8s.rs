@@ -5,40 +5,53 @@ use std::time::Duration;
 
 use super::Agent;
 
+/// The most one pass may spend releasing: it runs in the agent's loop,
+/// which must stay free to answer logind.
+const PASS_BUDGET: Duration = Duration::from_secs(5);
+
 impl Agent {
     /// Takes medik8s' finalizer off this node's objects that are being
-    /// deleted (see [`crate::api::medik8s::awaits_release`]). A failure is
-    /// logged; returns false if one failed, to be tried again shortly.
+    /// deleted (see [`crate::api::medik8s::awaits_release`]), within
+    /// [`PASS_BUDGET`]. A failure is logged; returns false if one failed or
+    /// the budget ran out, to be tried again shortly.
     pub(super) async fn release_medik8s_objects(&self) -> bool {
         use crate::api::medik8s;
         let Some(m) = &self.medik8s else { return true };
-        let mut ok = true;
-        for obj in m.index.all() {
-            if !medik8s::awaits_release(&obj, &self.config.node) {
-                continue;
-            }
-            let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-            // Bounded: this runs in the agent's loop, which must stay free
-            // to answer a shutdown.
-            let call = self
-                .drainer
-                .ops
-                .remove_finalizer(medik8s::PATH, &obj, medik8s::FINALIZER);
-            match tokio::time::timeout(Duration::from_secs(10), call).await {
-                Ok(Ok(())) => tracing::info!(
-                    name,
-                    "the medik8s NodeMaintenance no longer holds the node; removed its finalizer"
-                ),
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "will retry");
-                    ok = false;
-                }
-                Err(_) => {
-                    tracing::warn!(name, "removing the finalizer timed out; will retry");
-                    ok = false;
-                }
-            }
+        let waiting: Vec<_> = m
+            .index
+            .all()
+            .into_iter()
+            .filter(|o| medik8s::awaits_release(o, &self.config.node))
+            .collect();
+        if waiting.is_empty() {
+            return true;
         }
-        ok
+        let pass = async {
+            let mut ok = true;
+            for obj in &waiting {
+                let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+                let ops = &self.drainer.ops;
+                match ops
+                    .remove_finalizer(medik8s::PATH, obj, medik8s::FINALIZER)
+                    .await
+                {
+                    Ok(()) => tracing::info!(
+                        name,
+                        "the medik8s NodeMaintenance no longer holds the node; removed its finalizer"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "will retry");
+                        ok = false;
+                    }
+                }
+            }
+            ok
+        };
+        tokio::time::timeout(PASS_BUDGET, pass)
+            .await
+            .unwrap_or_else(|_| {
+                tracing::warn!("removing medik8s finalizers took too long; will retry");
+                false
+            })
     }
 }

@@ -332,8 +332,13 @@ impl Agent {
                 }
             }
             // A medik8s object being deleted waits on its operator's
-            // finalizer; once the node is not held for it, let it go.
-            if held || !self.has_leftovers() {
+            // finalizer; once the node is not held for it, let it go (not
+            // while a shutdown waits: that has the loop's full attention).
+            let shutting_down = shutdown
+                .as_ref()
+                .and_then(ShutdownTrigger::active)
+                .is_some();
+            if !shutting_down && (held || !self.has_leftovers()) {
                 release_retry = (!self.release_medik8s_objects().await)
                     .then(|| tokio::time::Instant::now() + Duration::from_secs(5));
             }
