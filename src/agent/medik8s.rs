@@ -11,10 +11,12 @@ const PASS_BUDGET: Duration = Duration::from_secs(5);
 
 impl Agent {
     /// Takes medik8s' finalizer off this node's objects that are being
-    /// deleted (see [`crate::api::medik8s::awaits_release`]), within
-    /// [`PASS_BUDGET`]. A failure is logged; returns false if one failed or
-    /// the budget ran out, to be tried again shortly.
-    pub(super) async fn release_medik8s_objects(&self) -> bool {
+    /// deleted (see [`crate::api::medik8s::awaits_release`]), once the node
+    /// is not held for them: another trigger `held` it, or the undo left
+    /// nothing behind. Within [`PASS_BUDGET`]; a failure is logged, and
+    /// false returned if one failed or the budget ran out, to be tried
+    /// again shortly.
+    pub(super) async fn release_medik8s_objects(&self, held: bool) -> bool {
         use crate::api::medik8s;
         let Some(m) = &self.medik8s else { return true };
         let waiting: Vec<_> = m
@@ -23,7 +25,9 @@ impl Agent {
             .into_iter()
             .filter(|o| medik8s::awaits_release(o, &self.config.node))
             .collect();
-        if waiting.is_empty() {
+        // The leftovers check reads the stash directory: only when there
+        // is something to release.
+        if waiting.is_empty() || (!held && self.has_leftovers()) {
             return true;
         }
         let pass = async {

@@ -338,8 +338,8 @@ impl Agent {
                 .as_ref()
                 .and_then(ShutdownTrigger::active)
                 .is_some();
-            if !shutting_down && (held || !self.has_leftovers()) {
-                release_retry = (!self.release_medik8s_objects().await)
+            if !shutting_down {
+                release_retry = (!self.release_medik8s_objects(held).await)
                     .then(|| tokio::time::Instant::now() + Duration::from_secs(5));
             }
             let deadline = shutdown
