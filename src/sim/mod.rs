@@ -204,24 +204,29 @@ impl SimCluster {
     /// A kube-rs client; `retry` false turns off kube's built-in retry of
     /// 429s (what the drain uses, to see every eviction refusal).
     pub fn client_with(&self, retry: bool) -> kube::Client {
-        let url = self.url().parse().unwrap_or_default();
-        let mut config = kube::Config::new(url);
-        config.default_namespace = "default".into();
+        let mut config = self.client_config();
         if !retry {
             config.default_retry = false;
         }
-        kube::Client::try_from(config)
-            .unwrap_or_else(|_| unreachable!("an http:// config always builds a client"))
+        Self::build(config)
     }
 
     /// A client as `node`'s agent has it (see
     /// [`crate::cluster::agent_config`]): no retry of 429s, and the agent's
     /// User-Agent, so the audit log tells its calls from a test's.
     pub fn agent_client(&self, node: &str) -> kube::Client {
+        Self::build(crate::cluster::agent_config(self.client_config(), node))
+    }
+
+    fn client_config(&self) -> kube::Config {
         let url = self.url().parse().unwrap_or_default();
         let mut config = kube::Config::new(url);
         config.default_namespace = "default".into();
-        kube::Client::try_from(crate::cluster::agent_config(config, node))
+        config
+    }
+
+    fn build(config: kube::Config) -> kube::Client {
+        kube::Client::try_from(config)
             .unwrap_or_else(|_| unreachable!("an http:// config always builds a client"))
     }
 
