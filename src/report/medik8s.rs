@@ -22,25 +22,29 @@ impl StatusReporter {
             return true;
         };
         let objs = trigger.index.all();
-        written.retain(|uid, _| objs.iter().any(|o| o["metadata"]["uid"] == uid.as_str()));
+        // By uid, else name (as for maintd's own objects).
+        let key_of = |o: &serde_json::Value| {
+            let meta = &o["metadata"];
+            meta["uid"]
+                .as_str()
+                .or(meta["name"].as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        written.retain(|key, _| objs.iter().any(|o| key_of(o) == *key));
         let status = medik8s::status(&self.progress.status());
         let mut ok = true;
         for obj in &objs {
             let Some(name) = medik8s::request_for(obj, &self.node) else {
                 continue;
             };
-            let uid = obj["metadata"]["uid"].as_str().unwrap_or(name).to_string();
-            if written.get(&uid) == Some(&status) {
+            let key = key_of(obj);
+            if written.get(&key) == Some(&status) {
                 continue;
             }
             let body = medik8s::apply_body(name, &status, &now_time());
-            let path = format!(
-                "{}/{name}/status?fieldManager=maintd/{}&force=true",
-                medik8s::PATH,
-                self.node
-            );
-            if self.patch_apply(path, &body).await {
-                written.insert(uid, status.clone());
+            if self.apply(medik8s::PATH, name, &self.manager(), body).await {
+                written.insert(key, status.clone());
             } else {
                 ok = false;
             }

@@ -189,7 +189,9 @@ impl StatusReporter {
             // The counts are judged on the object as last seen, whether or
             // not this entry changed.
             if let Some(body) = summary_update(nm, &self.node) {
-                ok &= self.apply(&name, SUMMARY_MANAGER, body).await;
+                ok &= self
+                    .apply(api::NODEMAINTENANCES_PATH, &name, SUMMARY_MANAGER, body)
+                    .await;
             }
             if written.get(&uid) == Some(&key) {
                 continue;
@@ -199,9 +201,9 @@ impl StatusReporter {
                     jiff::Timestamp::now(),
                 ));
             }
-            let manager = format!("maintd/{}", self.node);
+            let body = entry_apply_body(&name, &e);
             if self
-                .apply(&name, &manager, entry_apply_body(&name, &e))
+                .apply(api::NODEMAINTENANCES_PATH, &name, &self.manager(), body)
                 .await
             {
                 written.insert(uid, key);
@@ -214,7 +216,14 @@ impl StatusReporter {
         let now = crate::drain::progress::now_time();
         for bad in &eval.invalid {
             if let Some(body) = validation_update(&bad.object, &Err(bad.problems.clone()), &now) {
-                ok &= self.apply(&bad.name, VALIDATION_MANAGER, body).await;
+                ok &= self
+                    .apply(
+                        api::NODEMAINTENANCES_PATH,
+                        &bad.name,
+                        VALIDATION_MANAGER,
+                        body,
+                    )
+                    .await;
             }
         }
         ok
@@ -261,22 +270,23 @@ impl StatusReporter {
                 "lastTransitionTime": time, "lastHeartbeatTime": time,
             }]},
         });
-        let path = format!(
-            "/api/v1/nodes/{}/status?fieldManager=maintd/{}&force=true",
-            self.node, self.node
-        );
-        let ok = self.patch_apply(path, &body).await;
+        let ok = self
+            .apply("/api/v1/nodes", &self.node, &self.manager(), body)
+            .await;
         if ok {
             *last = Some(now);
         }
         ok
     }
 
-    async fn apply(&self, name: &str, manager: &str, body: Value) -> bool {
-        let path = format!(
-            "{}/{name}/status?fieldManager={manager}&force=true",
-            api::NODEMAINTENANCES_PATH
-        );
+    /// This agent's own field manager, `maintd/<node>`.
+    fn manager(&self) -> String {
+        format!("maintd/{}", self.node)
+    }
+
+    /// Applies `body` to the status of `name` in `collection` as `manager`.
+    async fn apply(&self, collection: &str, name: &str, manager: &str, body: Value) -> bool {
+        let path = format!("{collection}/{name}/status?fieldManager={manager}&force=true");
         self.patch_apply(path, &body).await
     }
 
@@ -300,11 +310,11 @@ impl StatusReporter {
                 true
             }
             Ok(Err(e)) => {
-                tracing::warn!(%name, error = %e, "writing NodeMaintenance status; will retry");
+                tracing::warn!(%name, error = %e, "writing status; will retry");
                 false
             }
             Err(_) => {
-                tracing::warn!(%name, "writing NodeMaintenance status timed out; will retry");
+                tracing::warn!(%name, "writing status timed out; will retry");
                 false
             }
         }
