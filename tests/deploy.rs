@@ -471,11 +471,6 @@ async fn every_request_an_agent_makes_is_granted() {
             async move { now == want }
         }
     };
-    let yaml = |text: &str| {
-        let f = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(f.path(), text).unwrap();
-        f
-    };
 
     // A drain taint, then its removal.
     let client = sim.client();
@@ -484,10 +479,10 @@ async fn every_request_an_agent_makes_is_granted() {
     taint(&client, "node-a", "maintd.io/drain", None).await;
     eventually("undone", phase_is(Phase::Idle)).await;
     // A NodeMaintenance, then its deletion.
-    let nm = yaml(
+    k.apply_yaml(
         "apiVersion: maintd.io/v1alpha1\nkind: NodeMaintenance\nmetadata:\n  name: m\nspec:\n  nodeName: node-a\n  stage: Drain\n",
-    );
-    k.ok(&["apply", "-f", nm.path().to_str().unwrap()]).await;
+    )
+    .await;
     eventually("drained for the NodeMaintenance", phase_is(Phase::Drained)).await;
     let k_ref = &k;
     eventually("its status written", || async move {
@@ -500,10 +495,10 @@ async fn every_request_an_agent_makes_is_granted() {
     k.ok(&["delete", "nodemaintenances.maintd.io", "m"]).await;
     eventually("undone", phase_is(Phase::Idle)).await;
     // A medik8s object its operator had handled, then its deletion.
-    let m8 = yaml(
+    k.apply_yaml(
         "apiVersion: nodemaintenance.medik8s.io/v1beta1\nkind: NodeMaintenance\nmetadata:\n  name: m8\n  finalizers: [foregroundDeleteNodeMaintenance]\nspec:\n  nodeName: node-a\n",
-    );
-    k.ok(&["apply", "-f", m8.path().to_str().unwrap()]).await;
+    )
+    .await;
     eventually("its medik8s status written", || async move {
         k_ref
             .json(&["get", "nodemaintenances.nodemaintenance.medik8s.io", "m8"])

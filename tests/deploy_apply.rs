@@ -85,13 +85,11 @@ async fn kubectl_applies_deploy_and_shows_nodemaintenances() {
         "{env}"
     );
 
-    let nm = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        nm.path(),
-        "apiVersion: maintd.io/v1alpha1\nkind: NodeMaintenance\nmetadata:\n  name: kernel\nspec:\n  nodeSelector:\n    matchLabels: {}\n  stage: Drain\n  reason: kernel 6.9\n",
-    )
-    .unwrap();
-    let out = k.ok(&["apply", "-f", nm.path().to_str().unwrap()]).await;
+    let out = k
+        .apply_yaml(
+            "apiVersion: maintd.io/v1alpha1\nkind: NodeMaintenance\nmetadata:\n  name: kernel\nspec:\n  nodeSelector:\n    matchLabels: {}\n  stage: Drain\n  reason: kernel 6.9\n",
+        )
+        .await;
     assert!(
         out.contains("nodemaintenance.maintd.io/kernel created"),
         "{out}"

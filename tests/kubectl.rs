@@ -38,18 +38,13 @@ async fn kubectl_gets_applies_cordons_and_drains() {
     let on_a = wide.lines().filter(|l| l.contains(" node-a ")).count();
     assert_eq!(on_a, 110, "{wide}");
 
-    let pdb = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        pdb.path(),
-        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: from-kubectl\n  namespace: default\nspec:\n  maxUnavailable: 1\n  selector:\n    matchLabels:\n      app: nothing-yet\n",
-    )
-    .unwrap();
-    let applied = k.ok(&["apply", "-f", pdb.path().to_str().unwrap()]).await;
+    let pdb = "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: from-kubectl\n  namespace: default\nspec:\n  maxUnavailable: 1\n  selector:\n    matchLabels:\n      app: nothing-yet\n";
+    let applied = k.apply_yaml(pdb).await;
     assert!(
         applied.contains("poddisruptionbudget.policy/from-kubectl created"),
         "{applied}"
     );
-    let again = k.ok(&["apply", "-f", pdb.path().to_str().unwrap()]).await;
+    let again = k.apply_yaml(pdb).await;
     assert!(
         again.contains("unchanged") || again.contains("configured"),
         "{again}"

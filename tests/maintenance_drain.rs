@@ -387,15 +387,12 @@ async fn kubectl_follows_a_drain_over_two_nodes_that_progress_independently() {
     }
     // Both nodes at once: node-b has only its DaemonSet pod and drains;
     // node-a's web pods have nowhere to go, so their budget holds node-a.
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        file.path(),
+    k.apply_yaml(
         "apiVersion: maintd.io/v1alpha1\nkind: NodeMaintenance\nmetadata:\n  name: rack-7\n\
          spec:\n  nodeSelector:\n    matchExpressions:\n      - {key: kubernetes.io/hostname, operator: In, values: [node-a, node-b]}\n\
          \x20 stage: Drain\n  reason: rack 7 power work\n",
     )
-    .unwrap();
-    k.ok(&["apply", "-f", file.path().to_str().unwrap()]).await;
+    .await;
 
     let k_ref = &k;
     eventually("kubectl shows 2 selected, 1 drained", || async move {

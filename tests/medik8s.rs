@@ -43,17 +43,13 @@ async fn request(k: &Kubectl, name: &str, node: &str) {
 /// The same, with finalizers (medik8s' operator puts its own on the objects
 /// it handled).
 async fn request_with_finalizers(k: &Kubectl, name: &str, node: &str, finalizers: &[&str]) {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        file.path(),
-        format!(
+    let out = k
+        .apply_yaml(&format!(
             "apiVersion: nodemaintenance.medik8s.io/v1beta1\nkind: NodeMaintenance\n\
              metadata:\n  name: {name}\n  finalizers: {finalizers:?}\n\
              spec:\n  nodeName: {node}\n  reason: disk replacement\n"
-        ),
-    )
-    .unwrap();
-    let out = k.ok(&["apply", "-f", file.path().to_str().unwrap()]).await;
+        ))
+        .await;
     assert!(out.contains("created"), "{out}");
 }
 

@@ -47,6 +47,15 @@ impl Kubectl {
         out
     }
 
+    /// `kubectl apply -f` of `yaml` (through a file, as an operator would);
+    /// returns what kubectl printed.
+    pub async fn apply_yaml(&self, yaml: &str) -> String {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), yaml).unwrap();
+        self.ok(&["apply", "-f", file.path().to_str().unwrap()])
+            .await
+    }
+
     pub async fn json(&self, args: &[&str]) -> Value {
         let mut all = args.to_vec();
         all.extend(["-o", "json"]);
