@@ -129,7 +129,8 @@ impl ClusterOps {
         }
     }
 
-    async fn get_node(&self) -> Result<Value, ClusterError> {
+    /// Reads this agent's Node from the API server.
+    pub async fn get_node(&self) -> Result<Value, ClusterError> {
         let req = Request::get(format!("/api/v1/nodes/{}", self.node))
             .body(Vec::new())
             .map_err(|e| self.node_err(e.to_string()))?;

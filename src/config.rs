@@ -75,6 +75,19 @@ pub struct AgentArgs {
     /// (DBUS_SYSTEM_BUS_ADDRESS, or /run/dbus/system_bus_socket).
     #[arg(long, env = "MAINTD_LOGIND_BUS")]
     pub logind_bus: Option<String>,
+    /// Abandon an API call that has had no answer after this many seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub api_timeout_seconds: f64,
+    /// Treat a watch that has had no event and no bookmark for this many
+    /// seconds as dead (a half-open connection) and make it again. The API
+    /// server sends a bookmark at least once a minute.
+    #[arg(long, default_value_t = 120.0)]
+    pub watch_idle_timeout_seconds: f64,
+    /// During a shutdown, once the API server has not answered for this
+    /// many seconds, stop waiting for it: stop the static pods, wait their
+    /// grace, and let the shutdown go on.
+    #[arg(long, default_value_t = 30.0)]
+    pub api_unreachable_seconds: f64,
 }
 
 /// The validated settings of one agent.
@@ -96,6 +109,30 @@ pub struct Config {
     pub reboot_slots: u32,
     /// Act on medik8s' NodeMaintenance objects too.
     pub medik8s: bool,
+    /// Bounds on talking to the API server.
+    pub api: ApiSettings,
+}
+
+/// Bounds on talking to the API server.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ApiSettings {
+    /// One API call, up to its response's headers.
+    pub call_timeout: Duration,
+    /// A watch with no event and no bookmark for this long is made again.
+    pub watch_idle_timeout: Duration,
+    /// During a shutdown, how long the API may stay unreachable before the
+    /// agent stops waiting for it.
+    pub unreachable_release: Duration,
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        ApiSettings {
+            call_timeout: crate::client::DEFAULT_CALL_TIMEOUT,
+            watch_idle_timeout: crate::index::DEFAULT_WATCH_IDLE_TIMEOUT,
+            unreachable_release: Duration::from_secs(30),
+        }
+    }
 }
 
 /// How the agent holds logind's shutdown lock.
@@ -187,7 +224,29 @@ impl AgentArgs {
                 why: "must be at least 1".into(),
             });
         }
+        let seconds = |name: &'static str, v: f64| -> Result<Duration, ConfigError> {
+            if v.is_finite() && v > 0.0 && v < 1e9 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(ConfigError::Invalid {
+                    name,
+                    why: format!("{v} is not a positive number of seconds"),
+                })
+            }
+        };
+        let api = ApiSettings {
+            call_timeout: seconds("--api-timeout-seconds", self.api_timeout_seconds)?,
+            watch_idle_timeout: seconds(
+                "--watch-idle-timeout-seconds",
+                self.watch_idle_timeout_seconds,
+            )?,
+            unreachable_release: seconds(
+                "--api-unreachable-seconds",
+                self.api_unreachable_seconds,
+            )?,
+        };
         Ok(Config {
+            api,
             medik8s: self.medik8s,
             reboot_slots: self.reboot_slots,
             shutdown,
@@ -223,6 +282,7 @@ impl Config {
             shutdown: None,
             reboot_slots: 1,
             medik8s: false,
+            api: ApiSettings::default(),
         }
     }
 }

@@ -30,6 +30,9 @@ pub struct Endpoint {
     pub progress: Progress,
     pub pods: Index,
     pub node_index: Index,
+    /// Every view the agent keeps, by name: a view whose watch has been
+    /// failing for a minute makes the agent not ready, and says so.
+    pub views: Vec<(String, Index)>,
     /// The shutdown lock, when the agent holds one.
     pub inhibitor: Option<tokio::sync::watch::Receiver<crate::inhibitor::InhibitorStatus>>,
     /// Whether this listener may change state (local listener only).
@@ -84,8 +87,61 @@ impl Endpoint {
             "drain": st,
             "inhibitor": self.inhibitor.as_ref().map(|i| i.borrow().clone()),
             "local_request": self.local_requests.status(),
-            "watches": {"pods_synced": self.pods.synced(), "node_synced": self.node_index.synced()},
+            "watches": self.watches_json(),
         })
+    }
+
+    /// Each view: whether it has been listed, and why it may be out of
+    /// date (its watch has been failing for a minute).
+    fn watches_json(&self) -> serde_json::Value {
+        let mut w = serde_json::Map::new();
+        w.insert("pods_synced".into(), self.pods.synced().into());
+        w.insert("node_synced".into(), self.node_index.synced().into());
+        let views: serde_json::Map<String, serde_json::Value> = self
+            .views
+            .iter()
+            .map(|(name, index)| {
+                (
+                    name.clone(),
+                    json!({
+                        "synced": index.synced(),
+                        "stale": index.stale(),
+                        "last_error": index.last_error(),
+                    }),
+                )
+            })
+            .collect();
+        w.insert("views".into(), views.into());
+        w.into()
+    }
+
+    /// Why the agent is not ready, if it is not.
+    fn not_ready(&self) -> Vec<String> {
+        let mut why = Vec::new();
+        if !self.pods.synced() {
+            why.push("the pods of the node have not been listed yet".to_string());
+        }
+        if !self.node_index.synced() {
+            why.push("the Node has not been read yet".to_string());
+        }
+        for (name, index) in &self.views {
+            if let Some(stale) = index.stale() {
+                why.push(format!("the view of {name} is stale: {stale}"));
+            }
+        }
+        if let Some(i) = &self.inhibitor {
+            let st = i.borrow();
+            if !st.held && !st.preparing {
+                why.push(format!(
+                    "the shutdown lock is not held{}",
+                    st.last_error
+                        .as_deref()
+                        .map(|e| format!(": {e}"))
+                        .unwrap_or_default()
+                ));
+            }
+        }
+        why
     }
 
     async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -102,16 +158,13 @@ impl Endpoint {
         match (&parts.method, parts.uri.path()) {
             (&Method::GET, "/healthz") => respond(StatusCode::OK, json!({"ok": true})),
             (&Method::GET, "/readyz") => {
-                let lock_ok = self
-                    .inhibitor
-                    .as_ref()
-                    .is_none_or(|i| i.borrow().held || i.borrow().preparing);
-                if self.pods.synced() && self.node_index.synced() && lock_ok {
+                let why = self.not_ready();
+                if why.is_empty() {
                     respond(StatusCode::OK, json!({"ready": true}))
                 } else {
                     respond(
                         StatusCode::SERVICE_UNAVAILABLE,
-                        json!({"ready": false, "why": "watches not synced yet, or the shutdown lock is not held"}),
+                        json!({"ready": false, "why": why.join("; "), "reasons": why}),
                     )
                 }
             }

@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::core::{ObjectList, Request};
@@ -23,6 +25,91 @@ pub struct WatchTarget {
     /// e.g. "/api/v1/pods" or "/apis/maintd.io/v1alpha1/nodemaintenances".
     pub path: String,
     pub field_selector: Option<String>,
+    /// How the watch guards against a dead connection.
+    pub guard: WatchGuard,
+}
+
+impl WatchTarget {
+    pub fn new(path: impl Into<String>, field_selector: Option<String>, guard: WatchGuard) -> Self {
+        WatchTarget {
+            path: path.into(),
+            field_selector,
+            guard,
+        }
+    }
+}
+
+/// How a watch notices a dead connection, and where it reports contact
+/// with the API server.
+#[derive(Debug, Clone)]
+pub struct WatchGuard {
+    /// A watch with no event and no bookmark for this long is abandoned and
+    /// made again. The API server sends a bookmark at least once a minute
+    /// to a watch that asks for them, so a healthy connection never trips
+    /// it and costs no extra request.
+    pub idle_timeout: Duration,
+    /// Told of every answer from the API server.
+    pub health: ApiHealth,
+}
+
+impl Default for WatchGuard {
+    fn default() -> Self {
+        WatchGuard {
+            idle_timeout: DEFAULT_WATCH_IDLE_TIMEOUT,
+            health: ApiHealth::default(),
+        }
+    }
+}
+
+/// The default idle guard of a watch: two bookmark intervals.
+pub const DEFAULT_WATCH_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A view whose watch has been failing for longer than this is reported
+/// as stale (`/readyz`, status).
+pub const STALE_AFTER: Duration = Duration::from_secs(60);
+
+/// When the API server last answered, as seen by everything of one agent
+/// that talks to it (watches, API calls). Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct ApiHealth {
+    inner: Arc<Mutex<HealthInner>>,
+}
+
+#[derive(Debug, Default)]
+struct HealthInner {
+    last_ok: Option<Instant>,
+    last_error: Option<(Instant, String)>,
+}
+
+impl ApiHealth {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HealthInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The API server answered (any answer below 500 counts: a 404 or a
+    /// 429 is an API server at work).
+    pub fn ok(&self) {
+        self.lock().last_ok = Some(Instant::now());
+    }
+
+    /// A call failed without an answer (timeout, connection error, 5xx).
+    pub fn failed(&self, why: String) {
+        self.lock().last_error = Some((Instant::now(), why));
+    }
+
+    /// When the API server last answered, if ever.
+    pub fn last_ok(&self) -> Option<Instant> {
+        self.lock().last_ok
+    }
+
+    /// The last failure, if it is newer than the last answer.
+    pub fn current_error(&self) -> Option<String> {
+        let h = self.lock();
+        match (&h.last_error, h.last_ok) {
+            (Some((at, why)), ok) if ok.is_none_or(|ok| *at > ok) => Some(why.clone()),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -31,6 +118,9 @@ struct Inner {
     objects: BTreeMap<String, Arc<Value>>,
     synced: bool,
     last_error: Option<String>,
+    /// Since when the watch has been failing (cleared by a list or an
+    /// event that arrives).
+    failing_since: Option<Instant>,
 }
 
 /// A set of objects kept current by a watch. Cheap to clone.
@@ -95,6 +185,28 @@ impl Index {
         self.lock().last_error.clone()
     }
 
+    /// How long the watch has been failing, if it is now.
+    pub fn failing_for(&self) -> Option<Duration> {
+        self.lock().failing_since.map(|t| t.elapsed())
+    }
+
+    /// Why the view may be out of date: its watch has been failing for
+    /// longer than [`STALE_AFTER`].
+    pub fn stale(&self) -> Option<String> {
+        let inner = self.lock();
+        let since = inner.failing_since?;
+        (since.elapsed() >= STALE_AFTER).then(|| {
+            format!(
+                "no update for {}s: {}",
+                since.elapsed().as_secs(),
+                inner
+                    .last_error
+                    .as_deref()
+                    .unwrap_or("the watch keeps failing")
+            )
+        })
+    }
+
     /// A receiver that changes whenever the index does.
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.generation.subscribe()
@@ -121,12 +233,14 @@ impl Index {
             .collect();
         inner.synced = true;
         inner.last_error = None;
+        inner.failing_since = None;
         drop(inner);
         self.bump();
     }
 
     fn apply(&self, ev: WatchEvent<Value>) {
         let mut inner = self.lock();
+        inner.failing_since = None;
         match ev {
             WatchEvent::Added(o) | WatchEvent::Modified(o) => {
                 if let Some(uid) = uid_of(&o) {
@@ -144,33 +258,52 @@ impl Index {
         self.bump();
     }
 
+    /// Records why the view cannot be kept current (e.g. a failed check
+    /// before its watch can start); the view counts as failing from then.
+    pub fn note_error(&self, e: String) {
+        self.set_error(e);
+    }
+
     fn set_error(&self, e: String) {
-        self.lock().last_error = Some(e);
+        let mut inner = self.lock();
+        inner.last_error = Some(e);
+        inner.failing_since.get_or_insert_with(Instant::now);
+        drop(inner);
         self.bump();
     }
 
-    /// Keeps the index current until `stop`: list, then watch from the
-    /// list's resourceVersion, resuming after each watch ends and listing
-    /// again after a 410. Errors are retried with capped backoff.
+    /// Keeps the index current until `stop`: list (from the watch cache),
+    /// then watch from the list's resourceVersion, resuming after each
+    /// watch ends and listing again after a 410. A watch that stays silent
+    /// past its idle guard is treated as dead (a half-open connection) and
+    /// made again. Failures are retried with jittered, capped backoff, so
+    /// many agents do not come back to a restarted API server at once.
     pub async fn run(self, client: kube::Client, target: WatchTarget, stop: CancellationToken) {
         let req = Request::new(target.path.clone());
-        let mut backoff = Backoff::new();
+        let health = &target.guard.health;
+        let idle = target.guard.idle_timeout;
+        let mut backoff = Backoff::with(500, 30_000);
         'relist: loop {
-            let mut lp = ListParams::default();
+            let mut lp = ListParams::default().match_any();
             if let Some(fs) = &target.field_selector {
                 lp = lp.fields(fs);
             }
             let list = tokio::select! {
-                r = list_all(&client, &req, &lp) => r,
+                r = tokio::time::timeout(idle, list_all(&client, &req, &lp)) => r,
                 _ = stop.cancelled() => return,
             };
             let mut rv = match list {
-                Ok((items, rv)) => {
+                Ok(Ok((items, rv))) => {
+                    health.ok();
                     self.replace_all(items);
                     backoff.reset();
                     rv
                 }
-                Err(e) => {
+                failed => {
+                    let e = match failed {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => format!("no answer in {}s", idle.as_secs()),
+                    };
                     self.set_error(format!("listing {}: {e}", target.path));
                     tracing::warn!(path = %target.path, error = %e, "list failed; retrying");
                     if sleep_or_stop(backoff.next_delay(), &stop).await {
@@ -180,7 +313,9 @@ impl Index {
                 }
             };
             loop {
-                let mut wp = WatchParams::default().timeout(290);
+                // Spread the server's watch timeouts, as client-go does, so
+                // the agents' watches do not all end in the same second.
+                let mut wp = WatchParams::default().timeout(rand::random_range(240..=300));
                 if let Some(fs) = &target.field_selector {
                     wp = wp.fields(fs);
                 }
@@ -192,26 +327,52 @@ impl Index {
                     }
                 };
                 let stream = tokio::select! {
-                    s = client.request_events::<Value>(http_req) => s,
+                    s = tokio::time::timeout(idle, client.request_events::<Value>(http_req)) => s,
                     _ = stop.cancelled() => return,
                 };
                 let mut stream = match stream {
-                    Ok(s) => s.boxed(),
-                    Err(e) => {
+                    Ok(Ok(s)) => s.boxed(),
+                    failed => {
+                        let e = match failed {
+                            Ok(Err(e)) => e.to_string(),
+                            _ => format!("no answer in {}s", idle.as_secs()),
+                        };
                         self.set_error(format!("watching {}: {e}", target.path));
                         if sleep_or_stop(backoff.next_delay(), &stop).await {
                             return;
                         }
-                        continue 'relist;
+                        continue;
                     }
                 };
                 loop {
                     let next = tokio::select! {
-                        n = stream.try_next() => n,
+                        n = tokio::time::timeout(idle, stream.try_next()) => n,
                         _ = stop.cancelled() => return,
                     };
+                    let next = match next {
+                        Ok(n) => n,
+                        Err(_) => {
+                            let why = format!(
+                                "watch of {} silent for {}s (no event, no bookmark); making it again",
+                                target.path,
+                                idle.as_secs()
+                            );
+                            tracing::warn!(path = %target.path, "{why}");
+                            health.failed(why.clone());
+                            self.set_error(why);
+                            break;
+                        }
+                    };
                     match next {
-                        Ok(Some(WatchEvent::Error(e))) if e.code == 410 => continue 'relist,
+                        Ok(Some(WatchEvent::Error(e))) if e.code == 410 => {
+                            health.ok();
+                            // Everyone gets a 410 after an API server restart:
+                            // relist after a jittered pause, not at once.
+                            if sleep_or_stop(backoff.next_delay(), &stop).await {
+                                return;
+                            }
+                            continue 'relist;
+                        }
                         Ok(Some(WatchEvent::Error(e))) => {
                             self.set_error(format!("watch of {}: {}", target.path, e.message));
                             if sleep_or_stop(backoff.next_delay(), &stop).await {
@@ -220,6 +381,8 @@ impl Index {
                             continue 'relist;
                         }
                         Ok(Some(ev)) => {
+                            health.ok();
+                            backoff.reset();
                             if let Some(new_rv) = event_rv(&ev) {
                                 rv = new_rv;
                             }
@@ -229,7 +392,8 @@ impl Index {
                         Ok(None) => break,
                         Err(e) => {
                             tracing::debug!(path = %target.path, error = %e, "watch broke; resuming");
-                            if sleep_or_stop(Duration::from_millis(200), &stop).await {
+                            self.set_error(format!("watch of {} broke: {e}", target.path));
+                            if sleep_or_stop(backoff.next_delay(), &stop).await {
                                 return;
                             }
                             break;
@@ -254,7 +418,13 @@ async fn list_all(
         let page: ObjectList<Value> = client.request(http_req).await?;
         items.extend(page.items);
         match page.metadata.continue_ {
-            Some(c) if !c.is_empty() => lp.continue_token = Some(c),
+            Some(c) if !c.is_empty() => {
+                // Later pages come from the first page's snapshot; the API
+                // server refuses a resourceVersion beside a continue token.
+                lp.continue_token = Some(c);
+                lp.resource_version = None;
+                lp.version_match = None;
+            }
             _ => return Ok((items, page.metadata.resource_version.unwrap_or_default())),
         }
     }

@@ -2,6 +2,7 @@
 pub mod agent;
 pub mod api;
 pub mod cli;
+pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod coordination;

@@ -82,7 +82,13 @@ fn assert_documented_schema(st: &Value) {
     for b in st["drain"]["blockers"].as_array().unwrap() {
         assert_eq!(keys(b), ["namespace", "pod", "reason"]);
     }
-    assert_eq!(keys(&st["watches"]), ["node_synced", "pods_synced"]);
+    assert_eq!(
+        keys(&st["watches"]),
+        ["node_synced", "pods_synced", "views"]
+    );
+    for (_, v) in st["watches"]["views"].as_object().unwrap() {
+        assert_eq!(keys(v), ["last_error", "stale", "synced"]);
+    }
     if !st["local_request"].is_null() {
         assert_eq!(
             keys(&st["local_request"]),

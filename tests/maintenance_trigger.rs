@@ -24,7 +24,11 @@ async fn without_the_crd_the_trigger_is_ready_with_nothing_to_do() {
     let stop = CancellationToken::new();
     // maintd's own, and medik8s' (with --medik8s).
     for trigger in [MaintenanceTrigger::new(), MaintenanceTrigger::medik8s()] {
-        tokio::spawn(trigger.clone().run(sim.client(), stop.clone()));
+        tokio::spawn(
+            trigger
+                .clone()
+                .run(sim.client(), Default::default(), stop.clone()),
+        );
         tokio::time::timeout(Duration::from_secs(10), trigger.wait_ready())
             .await
             .expect("ready although the CRD is missing");
@@ -72,7 +76,11 @@ async fn follows_objects_as_they_are_created_changed_and_deleted() {
 
     let trigger = MaintenanceTrigger::new();
     let stop = CancellationToken::new();
-    tokio::spawn(trigger.clone().run(client.clone(), stop.clone()));
+    tokio::spawn(
+        trigger
+            .clone()
+            .run(client.clone(), Default::default(), stop.clone()),
+    );
     tokio::time::timeout(Duration::from_secs(10), trigger.wait_ready())
         .await
         .expect("the first list arrives");

@@ -96,7 +96,7 @@ impl Agent {
     /// The FleetLock handler of this agent, with the reboot slots it held
     /// before a restart (the slot taken for a reboot stays held across it,
     /// until Zincati's steady-state).
-    pub(super) async fn fleetlock(&self, stop: &CancellationToken) -> Arc<FleetLock<AgentDrain>> {
+    pub(super) fn fleetlock(&self, stop: &CancellationToken) -> Arc<FleetLock<AgentDrain>> {
         let (client, namespace, node) = self.slot_context();
         let max = self.config.reboot_slots;
         let (c, ns) = (client.clone(), namespace.clone());
@@ -113,24 +113,35 @@ impl Agent {
             drain,
             stop.clone(),
         ));
-        match tokio::time::timeout(
-            Duration::from_secs(10),
-            groups_held_by(client, &namespace, &self.config.node),
-        )
-        .await
-        {
-            Ok(Ok(groups)) => {
-                for g in groups {
-                    if let Err(e) = fl.resume(&g).await {
-                        tracing::warn!(group = %g, error = %e, "could not resume the reboot slot held before the restart");
+        // In the background: the endpoints must not wait on the API server
+        // (a node booting while the control plane is away).
+        let (resume, stop, node) = (fl.clone(), stop.clone(), self.config.node.clone());
+        tokio::spawn(async move {
+            let mut backoff = crate::index::Backoff::with(1_000, 60_000);
+            loop {
+                let lookup = tokio::time::timeout(
+                    Duration::from_secs(10),
+                    groups_held_by(client.clone(), &namespace, &node),
+                );
+                let why = match lookup.await {
+                    Ok(Ok(groups)) => {
+                        for g in groups {
+                            if let Err(e) = resume.resume(&g).await {
+                                tracing::warn!(group = %g, error = %e, "could not resume the reboot slot held before the restart");
+                            }
+                        }
+                        return;
                     }
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => "timed out".to_string(),
+                };
+                tracing::warn!(error = %why, "could not look up reboot slots held before the restart; will retry");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff.next_delay()) => {}
+                    _ = stop.cancelled() => return,
                 }
             }
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "could not look up reboot slots held before the restart")
-            }
-            Err(_) => tracing::warn!("looking up reboot slots held before the restart timed out"),
-        }
+        });
         fl
     }
 }

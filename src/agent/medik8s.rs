@@ -10,6 +10,17 @@ use super::Agent;
 const PASS_BUDGET: Duration = Duration::from_secs(5);
 
 impl Agent {
+    /// Whether one of this node's medik8s objects waits for its finalizer
+    /// to be removed (a cheap look at the index).
+    pub(super) fn medik8s_waiting(&self) -> bool {
+        self.medik8s.as_ref().is_some_and(|m| {
+            m.index
+                .all()
+                .iter()
+                .any(|o| crate::api::medik8s::awaits_release(o, &self.config.node))
+        })
+    }
+
     /// Takes medik8s' finalizer off this node's objects that are being
     /// deleted (see [`crate::api::medik8s::awaits_release`]), once the node
     /// is not held for them: another trigger `held` it, or the undo left

@@ -3,9 +3,6 @@
 //! and its undo. It holds no state of its own beyond what it sees: killed
 //! and restarted at any moment, it resumes from the cluster and the disk.
 
-use std::time::Duration;
-
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{ClusterOps, TaintSpec};
@@ -14,8 +11,8 @@ use crate::drain::executor::{DrainOptions, Drainer};
 use crate::drain::plan::PlanOptions;
 use crate::drain::progress::{EventKind, Progress};
 use crate::drain::static_pods::StaticPodStash;
-use crate::index::{Index, WatchTarget};
-use crate::inhibitor::{InhibitWhat, InhibitorConfig, InhibitorStatus, ShutdownEvent};
+use crate::index::{ApiHealth, Index, WatchGuard, WatchTarget};
+use crate::inhibitor::{InhibitWhat, InhibitorConfig, InhibitorStatus};
 use crate::logind::BusAddress;
 use crate::trigger::local::LocalRequests;
 use crate::trigger::maintenance::MaintenanceTrigger;
@@ -23,11 +20,13 @@ use crate::trigger::maintenance::MaintenanceTrigger;
 mod fleet;
 pub use fleet::AgentDrain;
 mod medik8s;
+mod reconcile;
 mod shutdown;
 mod undo;
 use crate::trigger::shutdown::{ActiveShutdown, ShutdownTrigger};
 use crate::trigger::{self, Desired};
 
+#[derive(Clone)]
 pub struct Agent {
     pub config: Config,
     pub drainer: Drainer,
@@ -38,26 +37,17 @@ pub struct Agent {
     pub maintenance: MaintenanceTrigger,
     /// medik8s' NodeMaintenance objects (only with `--medik8s`).
     pub medik8s: Option<MaintenanceTrigger>,
-}
-
-/// What woke the agent's loop.
-enum Wake {
-    Node,
-    Logind(ShutdownEvent),
-    Drained,
-    Deadline,
-}
-
-struct Running {
-    desired: Desired,
-    cancel: CancellationToken,
-    task: JoinHandle<()>,
+    /// When the API server last answered this agent.
+    pub health: ApiHealth,
 }
 
 impl Agent {
     /// Builds the agent. `client` should have kube's default retry turned
     /// off (the drain paces its own retries).
     pub fn new(config: Config, client: kube::Client) -> Agent {
+        let health = ApiHealth::default();
+        // Every call the agent makes is bounded and tells `health`.
+        let client = crate::client::guarded(client, config.api.call_timeout, health.clone());
         let ops = ClusterOps::new(client, &config.node);
         let stash = Some(StaticPodStash::new(
             config.static_pod_dir.clone(),
@@ -76,6 +66,7 @@ impl Agent {
             local: LocalRequests::new(),
             maintenance: MaintenanceTrigger::new(),
             medik8s: config.medik8s.then(MaintenanceTrigger::medik8s),
+            health,
             config,
         }
     }
@@ -156,64 +147,47 @@ impl Agent {
 
     /// Runs until `stop`. Stopping does not undo: a restarted agent resumes
     /// the drain it finds.
+    ///
+    /// Nothing here waits on the API server: the watches start in the
+    /// background, the shutdown lock is taken and the endpoints served at
+    /// once, so a node booting while the control plane is away still holds
+    /// its lock, answers its liveness probe and handles a shutdown.
     pub async fn run(self, stop: CancellationToken) {
         let client = self.drainer.ops.client().clone();
-        tokio::spawn(self.drainer.pods.clone().run(
+        let node = &self.config.node;
+        let watches = [
+            (
+                self.drainer.pods.clone(),
+                "/api/v1/pods",
+                Some(format!("spec.nodeName={node}")),
+            ),
+            (
+                self.node.clone(),
+                "/api/v1/nodes",
+                Some(format!("metadata.name={node}")),
+            ),
+            (
+                self.drainer.budgets.clone(),
+                "/apis/policy/v1/poddisruptionbudgets",
+                None,
+            ),
+        ];
+        for (index, path, fields) in watches {
+            let target = WatchTarget::new(path, fields, self.watch_guard());
+            tokio::spawn(index.run(client.clone(), target, stop.clone()));
+        }
+        tokio::spawn(self.maintenance.clone().run(
             client.clone(),
-            WatchTarget {
-                path: "/api/v1/pods".into(),
-                field_selector: Some(format!("spec.nodeName={}", self.config.node)),
-            },
+            self.watch_guard(),
             stop.clone(),
         ));
-        tokio::spawn(self.node.clone().run(
-            client,
-            WatchTarget {
-                path: "/api/v1/nodes".into(),
-                field_selector: Some(format!("metadata.name={}", self.config.node)),
-            },
-            stop.clone(),
-        ));
-        tokio::spawn(self.drainer.budgets.clone().run(
-            self.drainer.ops.client().clone(),
-            WatchTarget {
-                path: "/apis/policy/v1/poddisruptionbudgets".into(),
-                field_selector: None,
-            },
-            stop.clone(),
-        ));
-        tokio::spawn(
-            self.maintenance
-                .clone()
-                .run(self.drainer.ops.client().clone(), stop.clone()),
-        );
         if let Some(m) = &self.medik8s {
             tokio::spawn(
                 m.clone()
-                    .run(self.drainer.ops.client().clone(), stop.clone()),
+                    .run(client.clone(), self.watch_guard(), stop.clone()),
             );
         }
-        let (pods, node, maintenance, medik8s) = (
-            self.drainer.pods.clone(),
-            self.node.clone(),
-            self.maintenance.clone(),
-            self.medik8s.clone(),
-        );
-        tokio::select! {
-            // All of them first: a restarted agent that judged before seeing
-            // the NodeMaintenance objects would undo the drain it was doing.
-            _ = async {
-                pods.wait_until(Index::synced).await;
-                node.wait_until(Index::synced).await;
-                maintenance.wait_ready().await;
-                if let Some(m) = &medik8s {
-                    m.wait_ready().await;
-                }
-            } => {}
-            _ = stop.cancelled() => return,
-        }
-        tracing::info!(node = %self.config.node, "watching the node and its pods");
-        let mut shutdown = self.config.shutdown.as_ref().map(|st| {
+        let shutdown = self.config.shutdown.as_ref().map(|st| {
             let mut cfg = InhibitorConfig::new(&self.config.node);
             if let Some(bus) = &st.bus {
                 cfg.bus = BusAddress::Address(bus.clone());
@@ -231,7 +205,7 @@ impl Agent {
             stop.clone(),
         ));
         let reporter = crate::report::StatusReporter {
-            client: self.drainer.ops.client().clone(),
+            client: client.clone(),
             node: self.config.node.clone(),
             progress: self.drainer.progress.clone(),
             maintenance: self.maintenance.clone(),
@@ -241,178 +215,53 @@ impl Agent {
         };
         tokio::spawn(reporter.run(stop.clone()));
         let recorder = crate::report::events::EventRecorder {
-            client: self.drainer.ops.client().clone(),
+            client,
             node: self.config.node.clone(),
             progress: self.drainer.progress.clone(),
             series_every: crate::report::events::SERIES_WRITE_EVERY,
         };
         recorder.spawn(stop.clone());
         self.start_endpoints(&stop, inhibitor, metrics).await;
-        let mut running: Option<Running> = None;
-        let mut node_changes = self.node.changes();
-        let mut maintenance_changes = self.maintenance.index.changes();
-        let mut medik8s_changes = self.medik8s.as_ref().map(|m| m.index.changes());
-        let mut local_slot: Option<crate::coordination::SlotGuard> = None;
-        let mut slot_retry: Option<tokio::time::Instant> = None;
-        let mut release_retry: Option<tokio::time::Instant> = None;
-        let mut local_changes = self.local.subscribe();
-        let mut progress = self.progress().subscribe();
-        let mut warned_value: Option<String> = None;
-        loop {
-            let mut desired = self.desired(shutdown.as_ref().and_then(ShutdownTrigger::active));
-            self.publish_triggers(&desired);
-            // A local drain on its own waits for a reboot slot; the slot goes
-            // back when the local request does.
-            let planned = desired.sources.iter().any(|s| fleet::is_planned_local(s));
-            if planned
-                && desired.sources.iter().all(|s| fleet::is_planned_local(s))
-                && local_slot.is_none()
-            {
-                match self.take_local_slot(&stop).await {
-                    Ok(guard) => {
-                        slot_retry = None;
-                        local_slot = Some(guard);
-                    }
-                    Err(why) => {
-                        self.progress().update(|st| {
-                            st.last_error = Some(why.clone());
-                            st.blockers = vec![crate::drain::progress::Blocker {
-                                namespace: String::new(),
-                                pod: String::new(),
-                                reason: why.clone(),
-                            }];
-                        });
-                        slot_retry = Some(tokio::time::Instant::now() + Duration::from_secs(5));
-                        desired = Desired::default();
-                    }
-                }
-            } else if !planned
-                && let Some(guard) = local_slot.take()
-                && let Err(e) = guard.release().await
-            {
-                self.warn(format!("giving back the reboot slot: {e}"));
-            }
-            if let Some(node) = self.node.by_name(&self.config.node)
-                && let Some(t) = trigger::taint::find(&node, &self.config.drain_taints)
-                && let Some(w) = t.odd_value_warning()
-                && warned_value.as_deref() != Some(w.as_str())
-            {
-                self.warn(w.clone());
-                warned_value = Some(w);
-            }
-            let held = desired.active();
-            match (&running, held) {
-                (Some(r), true) if r.desired == desired => {}
-                (Some(_), _) => {
-                    if let Some(r) = running.take() {
-                        r.cancel.cancel();
-                        let _ = r.task.await;
-                    }
-                    if !desired.active() {
-                        self.undo_until_done(&stop).await;
-                    }
-                    continue;
-                }
-                (None, true) => {
-                    let cancel = stop.child_token();
-                    let drainer = self.drainer.clone();
-                    let opts = self.options(&desired);
-                    let c = cancel.clone();
-                    let task = tokio::spawn(async move { drainer.run(opts, c).await });
-                    running = Some(Running {
-                        desired,
-                        cancel,
-                        task,
-                    });
-                }
-                (None, false) => {
-                    if self.has_leftovers() {
-                        self.undo_until_done(&stop).await;
-                    }
-                }
-            }
-            // A medik8s object being deleted waits on its operator's
-            // finalizer; once the node is not held for it, let it go (not
-            // while a shutdown waits: that has the loop's full attention).
-            let shutting_down = shutdown
-                .as_ref()
-                .and_then(ShutdownTrigger::active)
-                .is_some();
-            if !shutting_down {
-                release_retry = (!self.release_medik8s_objects(held).await)
-                    .then(|| tokio::time::Instant::now() + Duration::from_secs(5));
-            }
-            let deadline = shutdown
-                .as_ref()
-                .and_then(ShutdownTrigger::release_deadline);
-            let retry_at = slot_retry.into_iter().chain(release_retry).min();
-            let wake = tokio::select! {
-                _ = async {
-                    match retry_at {
-                        Some(t) => tokio::time::sleep_until(t).await,
-                        None => std::future::pending().await,
-                    }
-                } => {
-                    let now = tokio::time::Instant::now();
-                    slot_retry = slot_retry.filter(|t| *t > now);
-                    release_retry = release_retry.filter(|t| *t > now);
-                    Wake::Node
-                },
-                r = node_changes.changed() => if r.is_err() { return } else { Wake::Node },
-                // The sender lives in self.local, so this never closes.
-                _ = local_changes.changed() => Wake::Node,
-                _ = maintenance_changes.changed() => Wake::Node,
-                _ = async {
-                    match medik8s_changes.as_mut() {
-                        Some(rx) => rx.changed().await,
-                        None => std::future::pending().await,
-                    }
-                } => Wake::Node,
-                ev = async {
-                    match shutdown.as_mut() {
-                        Some(s) => s.next().await,
-                        None => std::future::pending().await,
-                    }
-                } => Wake::Logind(ev),
-                ev = progress.recv() => match ev {
-                    Ok(ev) if ev.event == EventKind::DrainCompleted => Wake::Drained,
-                    _ => Wake::Node,
-                },
-                _ = async {
-                    match deadline {
-                        Some(d) => tokio::time::sleep_until(d).await,
-                        None => std::future::pending().await,
-                    }
-                } => Wake::Deadline,
-                _ = stop.cancelled() => {
-                    if let Some(r) = running.take() {
-                        r.cancel.cancel();
-                        let _ = r.task.await;
-                    }
-                    return;
-                }
-            };
-            let Some(sd) = shutdown.as_mut() else {
-                continue;
-            };
-            match wake {
-                Wake::Logind(ev) => self.on_logind(sd, &ev),
-                Wake::Drained => self.release(sd, "the node is drained").await,
-                Wake::Deadline => {
-                    let left = self.progress().status().pods_remaining;
-                    let mut ev = self.progress().event(EventKind::DrainFailed);
-                    ev.message = format!(
-                        "the shutdown budget is nearly spent with {left} pods left; releasing the lock so the shutdown is not held past logind's limit"
-                    );
-                    self.progress()
-                        .update(|st| st.last_error = Some(ev.message.clone()));
-                    self.progress().emit(ev);
-                    self.release(sd, "the drain's share of the shutdown budget ran out")
-                        .await;
-                }
-                Wake::Node => {}
-            }
+        tracing::info!(node = %self.config.node, "watching the node and its pods");
+        reconcile::Reconciler::new(self, shutdown).run(stop).await;
+    }
+
+    /// How this agent's watches guard against dead connections.
+    fn watch_guard(&self) -> WatchGuard {
+        WatchGuard {
+            idle_timeout: self.config.api.watch_idle_timeout,
+            health: self.health.clone(),
         }
+    }
+
+    /// Whether every trigger that can ask for a drain has been heard from:
+    /// until then, "nothing asks" may only mean "not known yet", and
+    /// nothing may be undone.
+    fn triggers_known(&self) -> bool {
+        self.node.synced()
+            && self.drainer.pods.synced()
+            && self.maintenance.ready()
+            && self.medik8s.as_ref().is_none_or(MaintenanceTrigger::ready)
+    }
+
+    /// The agent's views of the cluster, by name, for readiness and status.
+    pub fn views(&self) -> Vec<(String, Index)> {
+        let mut v = vec![
+            ("node".to_string(), self.node.clone()),
+            ("pods".to_string(), self.drainer.pods.clone()),
+            (
+                "poddisruptionbudgets".to_string(),
+                self.drainer.budgets.clone(),
+            ),
+            (
+                "nodemaintenances".to_string(),
+                self.maintenance.index.clone(),
+            ),
+        ];
+        if let Some(m) = &self.medik8s {
+            v.push(("medik8s nodemaintenances".to_string(), m.index.clone()));
+        }
+        v
     }
 
     fn warn(&self, message: String) {
@@ -433,11 +282,12 @@ impl Agent {
             progress: self.drainer.progress.clone(),
             pods: self.drainer.pods.clone(),
             node_index: self.node.clone(),
+            views: self.views(),
             inhibitor,
             local: false,
             local_requests: self.local.clone(),
             metrics,
-            fleetlock: Some(self.fleetlock(stop).await),
+            fleetlock: Some(self.fleetlock(stop)),
         };
         crate::http::start(ep, self.config.listen, self.config.listen_local, stop).await;
     }

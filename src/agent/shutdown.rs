@@ -1,7 +1,12 @@
 //! The agent's side of the shutdown trigger: what logind's events mean for
 //! the drain, and letting go of the lock.
 
+use std::time::Duration;
+
+use tokio::time::Instant;
+
 use super::Agent;
+use super::reconcile::Reconciler;
 use crate::drain::progress::EventKind;
 use crate::inhibitor::ShutdownEvent;
 use crate::trigger::Desired;
@@ -63,16 +68,192 @@ impl Agent {
             _ => {}
         }
     }
+}
 
-    pub(super) async fn release(&self, sd: &mut ShutdownTrigger, why: &str) {
-        match sd.release().await {
-            Ok(true) => {
-                let mut ev = self.progress().event(EventKind::ShutdownReleased);
-                ev.message = format!("released logind's shutdown lock: {why}");
-                self.progress().emit(ev);
+/// With no answer from the API server for this long during a shutdown,
+/// the agent asks it directly (a GET of its Node), at most this often.
+const PROBE_AFTER: Duration = Duration::from_secs(5);
+
+/// A shutdown the agent handles without the API server: the static pods
+/// are stopped from their manifests, and the lock goes once their grace
+/// is over.
+pub(super) struct Offline {
+    pub(super) release_at: Instant,
+}
+
+impl Reconciler {
+    /// Lets the lock go when the drain's state says it may: the node is
+    /// drained, the deadline is reached, or the API server has been out of
+    /// reach for the configured time and the static pods had their grace.
+    pub(super) async fn shutdown_step(&mut self) {
+        let Some(active) = self.shutdown.as_ref().and_then(ShutdownTrigger::active) else {
+            self.offline = None;
+            return;
+        };
+        if !self.shutdown_pending() {
+            return;
+        }
+        let now = Instant::now();
+        if now >= active.deadline {
+            let agent = &self.agent;
+            let left = agent.progress().status().pods_remaining;
+            let mut ev = agent.progress().event(EventKind::DrainFailed);
+            ev.message = format!(
+                "the shutdown budget is nearly spent with {left} pods left; releasing the lock so the shutdown is not held past logind's limit"
+            );
+            agent
+                .progress()
+                .update(|st| st.last_error = Some(ev.message.clone()));
+            agent.progress().emit(ev);
+            self.release("the drain's share of the shutdown budget ran out")
+                .await;
+            return;
+        }
+        if self.drained_for_shutdown() {
+            self.release("the node is drained").await;
+            return;
+        }
+        let last_ok = self.last_answer();
+        let unreachable = self.agent.config.api.unreachable_release;
+        if self.offline.is_none() && now.saturating_duration_since(last_ok) >= unreachable {
+            self.offline = Some(self.go_offline(active.deadline, now - last_ok));
+        }
+        if let Some(off) = &self.offline
+            && now >= off.release_at
+        {
+            self.release("the API server is out of reach and the static pods had their grace")
+                .await;
+            return;
+        }
+        self.probe_if_quiet(now, last_ok);
+    }
+
+    /// When the loop must look at the shutdown again at the latest.
+    pub(super) fn shutdown_timer(&self) -> Option<Instant> {
+        let active = self.shutdown.as_ref().and_then(ShutdownTrigger::active)?;
+        if !self.shutdown_pending() {
+            return None;
+        }
+        let now = Instant::now();
+        let last_ok = self.last_answer();
+        let unreachable_at =
+            (self.offline.is_none()).then(|| last_ok + self.agent.config.api.unreachable_release);
+        let probe_at = (self.probe.is_none()).then(|| {
+            (last_ok + PROBE_AFTER)
+                .max(self.probe_not_before.unwrap_or(now))
+                .max(now)
+        });
+        [
+            Some(active.deadline),
+            self.offline.as_ref().map(|o| o.release_at),
+            unreachable_at,
+            probe_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// When the API server last answered this agent (its start, if never).
+    fn last_answer(&self) -> Instant {
+        self.agent
+            .health
+            .last_ok()
+            .map_or(self.started, |t| t.max(self.started))
+    }
+
+    /// Whether the running drain has nothing left to wait for, judged from
+    /// the pods the agent sees now (not from an event that could be lost).
+    fn drained_for_shutdown(&self) -> bool {
+        let agent = &self.agent;
+        let Some(running) = &self.running else {
+            return false;
+        };
+        if !agent.drainer.pods.synced() {
+            return false;
+        }
+        let plan = agent.drainer.plan(&agent.options(&running.desired));
+        plan.stages.iter().all(|s| s.pods.is_empty())
+    }
+
+    /// Stops the static pods from their manifests (the kubelet gives them
+    /// their grace) and sets when the lock goes: after the longest grace,
+    /// and before the deadline.
+    fn go_offline(&self, deadline: Instant, quiet: Duration) -> Offline {
+        let agent = &self.agent;
+        let now = Instant::now();
+        let mut grace = 0;
+        let mut what = "no static pod directory".to_string();
+        if let Some(stash) = &agent.drainer.stash {
+            match stash.manifests() {
+                Ok(manifests) => {
+                    grace = manifests.iter().map(|m| m.grace_seconds).max().unwrap_or(0);
+                    match stash.stash(None) {
+                        Ok(r) => {
+                            what = format!(
+                                "moved {} static pod manifests out of {}",
+                                r.stashed.len(),
+                                stash.manifest_dir.display()
+                            )
+                        }
+                        Err(e) => what = format!("static pods could not be stopped: {e}"),
+                    }
+                }
+                Err(e) => what = format!("static pods could not be stopped: {e}"),
             }
-            Ok(false) => {}
-            Err(e) => self.warn(format!("releasing logind's shutdown lock: {e}")),
+        }
+        let release_at = (now + Duration::from_secs(grace.max(0).unsigned_abs())).min(deadline);
+        let message = format!(
+            "the API server has not answered for {}s during the shutdown: nothing more can be evicted; {what}; releasing the lock in {}s, after their grace",
+            quiet.as_secs(),
+            release_at.saturating_duration_since(now).as_secs()
+        );
+        agent
+            .progress()
+            .update(|st| st.last_error = Some(message.clone()));
+        let mut ev = agent.progress().event(EventKind::DrainFailed);
+        ev.message = message;
+        agent.progress().emit(ev);
+        Offline { release_at }
+    }
+
+    /// Asks the API server for this agent's Node when nothing has been
+    /// heard from it for a while, so a quiet but healthy API server is not
+    /// taken for an unreachable one.
+    fn probe_if_quiet(&mut self, now: Instant, last_ok: Instant) {
+        if self.probe.is_some()
+            || now.saturating_duration_since(last_ok) < PROBE_AFTER
+            || self.probe_not_before.is_some_and(|t| now < t)
+        {
+            return;
+        }
+        self.probe_not_before = Some(now + PROBE_AFTER / 2);
+        let ops = self.agent.drainer.ops.clone();
+        self.probe = Some(tokio::spawn(async move {
+            // The guarded client tells the agent's health either way.
+            let _ = ops.get_node().await;
+        }));
+    }
+
+    async fn release(&mut self, why: &str) {
+        let Some(sd) = self.shutdown.as_mut() else {
+            return;
+        };
+        // Bounded: the lock holder answers at once unless it is itself
+        // waiting on D-Bus; the release is queued then and happens anyway.
+        match tokio::time::timeout(Duration::from_secs(1), sd.release()).await {
+            Ok(Ok(true)) => {
+                let mut ev = self.agent.progress().event(EventKind::ShutdownReleased);
+                ev.message = format!("released logind's shutdown lock: {why}");
+                self.agent.progress().emit(ev);
+            }
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => self
+                .agent
+                .warn(format!("releasing logind's shutdown lock: {e}")),
+            Err(_) => self.agent.warn(format!(
+                "releasing logind's shutdown lock ({why}): the lock holder is busy; the release is queued"
+            )),
         }
     }
 }

@@ -141,6 +141,12 @@ impl Drainer {
         if !self.mark_node(&opts, &cancel).await || !opts.evict {
             return;
         }
+        // Until the node's pods have been listed, an empty plan would only
+        // mean "not known yet", not "drained".
+        tokio::select! {
+            _ = self.pods.wait_until(Index::synced) => {}
+            _ = cancel.cancelled() => return,
+        }
         let book: Book = Arc::default();
         let mut finished: Vec<StageStatus> = Vec::new();
         let mut last_reported_drained = false;

@@ -52,6 +52,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StashError + '_ {
     }
 }
 
+/// Kubernetes' default terminationGracePeriodSeconds.
+pub const DEFAULT_GRACE_SECONDS: i64 = 30;
+
 /// One manifest in the kubelet's directory.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Manifest {
@@ -61,6 +64,9 @@ pub struct Manifest {
     pub pod_name: Option<String>,
     /// The pod's namespace (Kubernetes' default "default" when unset).
     pub namespace: Option<String>,
+    /// The pod's terminationGracePeriodSeconds (Kubernetes' default 30):
+    /// how long the kubelet gives it once its manifest is gone.
+    pub grace_seconds: i64,
     /// Why the manifest could not be read, if it could not.
     pub error: Option<String>,
 }
@@ -138,6 +144,10 @@ impl StaticPodStash {
                             .unwrap_or("default")
                             .to_string(),
                     ),
+                    grace_seconds: v["spec"]["terminationGracePeriodSeconds"]
+                        .as_i64()
+                        .filter(|g| *g >= 0)
+                        .unwrap_or(DEFAULT_GRACE_SECONDS),
                     error: (!v["metadata"]["name"].is_string())
                         .then(|| "the manifest has no metadata.name".to_string()),
                 },
@@ -145,6 +155,7 @@ impl StaticPodStash {
                     file,
                     pod_name: None,
                     namespace: None,
+                    grace_seconds: DEFAULT_GRACE_SECONDS,
                     error: Some(e),
                 },
             });

@@ -134,6 +134,33 @@ impl ApiError {
         Self::new(500, "InternalError", message)
     }
 
+    /// An error answered because a fault was injected (see sim::faults),
+    /// with the reason and message the API server gives for that code.
+    pub fn injected(code: u16) -> Self {
+        match code {
+            429 => Self::new(
+                429,
+                "TooManyRequests",
+                "the server has received too many requests and has asked us to try again later",
+            ),
+            503 => Self::new(
+                503,
+                "ServiceUnavailable",
+                "the server is currently unable to handle the request",
+            ),
+            504 => Self::new(
+                504,
+                "Timeout",
+                "the server was unable to return a response in the time allotted",
+            ),
+            c => Self::new(
+                c,
+                "InternalError",
+                "an error on the server (\"injected fault\") has prevented the request from succeeding",
+            ),
+        }
+    }
+
     pub fn with_cause(mut self, reason: &str, message: &str, field: &str) -> Self {
         self.causes
             .push((reason.to_string(), message.to_string(), field.to_string()));

@@ -15,6 +15,7 @@ pub mod dbus;
 pub mod discovery;
 pub mod errors;
 pub mod eviction;
+pub mod faults;
 pub mod kubelet;
 pub mod logind;
 pub mod meta;

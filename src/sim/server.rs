@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::audit::{AuditEntry, RequestRecord};
 use super::errors::{ApiError, success_status};
 use super::eviction;
+use super::faults::FaultyIo;
 use super::resources::ResourceDef;
 use super::select::{FieldSelector, LabelSelector};
 use super::state::SimState;
@@ -40,6 +41,8 @@ pub async fn serve(sim: Arc<SimState>, listener: TcpListener, stop: Cancellation
             _ = stop.cancelled() => return,
         };
         let Ok((stream, _)) = conn else { continue };
+        let stream = FaultyIo::new(stream, sim.faults.clone());
+        let mut restarts = sim.faults.restarts();
         let sim = sim.clone();
         let addr = addr.clone();
         let stop = stop.clone();
@@ -53,8 +56,10 @@ pub async fn serve(sim: Arc<SimState>, listener: TcpListener, stop: Cancellation
             let builder =
                 hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
             let conn = builder.serve_connection(io, svc);
+            // A restart closes every connection (its watches end).
             tokio::select! {
                 _ = conn => {}
+                _ = restarts.changed() => {}
                 _ = stop.cancelled() => {}
             }
         });
@@ -207,6 +212,14 @@ async fn handle(sim: Arc<SimState>, server: &str, req: Request<Incoming>) -> Res
         .unwrap_or("")
         .to_string();
     let watch = matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
+    let (fail, delay) = sim.faults.for_request();
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    if let Some(code) = fail {
+        record_request(&sim, &parts.method, &path, watch, &ua, code);
+        return error_response(&ApiError::injected(code));
+    }
     let body = match Limited::new(body, sim.config.max_body).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::audit::Audit;
+use super::faults::Faults;
 use super::resources::Gr;
 use super::resources::builtins;
 use super::store::Store;
@@ -47,6 +48,8 @@ impl Default for SimConfig {
 
 pub struct SimState {
     store: Mutex<Store>,
+    /// Faults the server is told to have (tests and benches).
+    pub faults: Arc<Faults>,
     pub audit: Audit,
     pub config: SimConfig,
     pub started: Instant,
@@ -60,6 +63,7 @@ impl SimState {
         }
         let sim = Arc::new(SimState {
             store: Mutex::new(store),
+            faults: Arc::default(),
             audit: Audit::new(config.audit_file.clone()),
             config,
             started: Instant::now(),
@@ -98,5 +102,14 @@ impl SimState {
     /// take the whole simulator down, so a poisoned lock is recovered.
     pub fn store(&self) -> MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What an API server restart looks like to its clients: every
+    /// connection closes, and the new watch cache starts at the current
+    /// resourceVersion, so a watch resumed from before gets 410 Gone and
+    /// the client has to list again.
+    pub fn restart(&self) {
+        self.store().forget_history();
+        self.faults.close_all_connections();
     }
 }

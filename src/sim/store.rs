@@ -83,6 +83,13 @@ impl Store {
         self.compacted
     }
 
+    /// Drops the whole event history, as a restarted API server's new watch
+    /// cache has none: only watches from the current resourceVersion resume.
+    pub fn forget_history(&mut self) {
+        self.history.clear();
+        self.compacted = self.rv;
+    }
+
     pub fn register(&mut self, def: ResourceDef) {
         let gr = def.gr();
         self.objects.entry(gr.clone()).or_default();

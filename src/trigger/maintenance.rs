@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Desired;
 use crate::api::{self, Effective, NODEMAINTENANCES_PATH};
-use crate::index::{Backoff, Index, WatchTarget};
+use crate::index::{Backoff, Index, WatchGuard, WatchTarget};
 
 /// An object the agents do not act on, and why.
 #[derive(Debug, Clone, PartialEq)]
@@ -143,13 +143,18 @@ impl MaintenanceTrigger {
     }
 
     /// Keeps the index current until `stop`. While the CRD is missing it
-    /// checks again with a backoff capped at five minutes.
-    pub async fn run(self, client: kube::Client, stop: CancellationToken) {
+    /// checks again with a backoff capped at five minutes. A check that
+    /// fails otherwise (a 500, no answer) is retried the same way and
+    /// reported as the view's error; the agent keeps running meanwhile,
+    /// only nothing is undone until the objects are known. A 403 is a
+    /// definite answer: this agent may not read them, so the trigger is off
+    /// and says why.
+    pub async fn run(self, client: kube::Client, guard: WatchGuard, stop: CancellationToken) {
         let mut backoff = Backoff::with(5_000, 300_000);
         loop {
             match resource_exists(&client, self.path).await {
-                Ok(true) => break,
-                Ok(false) => {
+                Ok(Presence::Present) => break,
+                Ok(Presence::Absent) => {
                     if !self.absent.send_replace(true) {
                         tracing::info!(
                             path = self.path,
@@ -158,7 +163,19 @@ impl MaintenanceTrigger {
                         );
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "checking for the {} CRD", self.kind),
+                Ok(Presence::Forbidden(why)) => {
+                    let why = format!(
+                        "the {} trigger is off: this agent may not list {} ({why}); grant it in the agent's ClusterRole (see deploy/)",
+                        self.kind, self.path
+                    );
+                    tracing::warn!("{why}");
+                    self.index.note_error(why);
+                    self.absent.send_replace(true);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "checking for the {} CRD", self.kind);
+                    self.index.note_error(e);
+                }
             }
             tokio::select! {
                 _ = tokio::time::sleep(backoff.next_delay()) => {}
@@ -167,23 +184,30 @@ impl MaintenanceTrigger {
         }
         // Present now: wait for the objects, not an earlier absence.
         self.absent.send_replace(false);
-        let target = WatchTarget {
-            path: self.path.into(),
-            field_selector: None,
-        };
+        let target = WatchTarget::new(self.path, None, guard);
         self.index.clone().run(client, target, stop).await;
     }
 }
 
+/// What the API says of a resource.
+enum Presence {
+    Present,
+    /// 404: the CRD is not installed.
+    Absent,
+    /// 403: this agent may not read it.
+    Forbidden(String),
+}
+
 /// Whether the API serves `path` (a one-item list; 404: no CRD).
-async fn resource_exists(client: &kube::Client, path: &str) -> Result<bool, String> {
+async fn resource_exists(client: &kube::Client, path: &str) -> Result<Presence, String> {
     let req = http::Request::get(format!("{path}?limit=1"))
         .body(Vec::new())
         .map_err(|e| e.to_string())?;
     let call = client.request::<Value>(req);
     match tokio::time::timeout(Duration::from_secs(30), call).await {
-        Ok(Ok(_)) => Ok(true),
-        Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(false),
+        Ok(Ok(_)) => Ok(Presence::Present),
+        Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(Presence::Absent),
+        Ok(Err(kube::Error::Api(s))) if s.code == 403 => Ok(Presence::Forbidden(s.message)),
         Ok(Err(e)) => Err(format!("listing {path}: {e}")),
         Err(_) => Err(format!("listing {path} timed out after 30s")),
     }

@@ -28,4 +28,13 @@ impl Desired {
     pub fn active(&self) -> bool {
         !self.sources.is_empty()
     }
+
+    /// Whether `other` asks for the same drain (same plan, same deadline),
+    /// whichever triggers ask for it: a drain under way then goes on.
+    pub fn same_drain(&self, other: &Desired) -> bool {
+        self.evict == other.evict
+            && self.entries == other.entries
+            && self.deadline == other.deadline
+            && self.stage_timeout == other.stage_timeout
+    }
 }

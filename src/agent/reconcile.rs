@@ -1,0 +1,331 @@
+//! The agent's loop: on every wake-up it looks at what the triggers want
+//! and at the drain's state, and starts, keeps or ends the work.
+//!
+//! The loop never awaits work that can take long: the drain, the undo,
+//! taking a reboot slot and releasing medik8s objects run as tasks of
+//! their own, and the loop only starts, aborts and collects them. So a
+//! `PrepareForShutdown` is acted on at once, whatever the API server or an
+//! undo is doing.
+
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{Agent, fleet};
+use crate::coordination::SlotGuard;
+use crate::drain::progress::Blocker;
+use crate::trigger::shutdown::ShutdownTrigger;
+use crate::trigger::{self, Desired};
+
+/// How long a failed reboot slot request or medik8s release waits before
+/// it is tried again.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// A drain the loop started.
+pub(super) struct Running {
+    pub(super) desired: Desired,
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops the drain without waiting for it: cancelled, so it sends
+    /// nothing more, and aborted at its next await.
+    fn stop(self) {
+        self.cancel.cancel();
+        self.task.abort();
+    }
+}
+
+/// The loop's state: the tasks it runs and the timers it keeps.
+pub(super) struct Reconciler {
+    pub(super) agent: Agent,
+    pub(super) shutdown: Option<ShutdownTrigger>,
+    pub(super) running: Option<Running>,
+    undo: Option<JoinHandle<()>>,
+    slot: Option<SlotGuard>,
+    slot_taking: Option<JoinHandle<Result<SlotGuard, String>>>,
+    slot_retry: Option<Instant>,
+    medik8s_release: Option<JoinHandle<bool>>,
+    release_retry: Option<Instant>,
+    warned_value: Option<String>,
+    /// Handling a shutdown while the API server cannot be reached.
+    pub(super) offline: Option<super::shutdown::Offline>,
+    pub(super) probe: Option<JoinHandle<()>>,
+    pub(super) probe_not_before: Option<Instant>,
+    /// When the agent started: the API "last answered" then, at the latest.
+    pub(super) started: Instant,
+}
+
+/// What woke the loop.
+enum Wake {
+    /// Something changed: look again.
+    Look,
+    Logind(crate::inhibitor::ShutdownEvent),
+    Slot(Option<Result<Box<SlotGuard>, String>>),
+    Medik8s(Option<bool>),
+}
+
+/// A task's end, as a future the loop can wait on (pending without one).
+async fn finished<T>(task: &mut Option<JoinHandle<T>>) -> Option<T> {
+    match task {
+        Some(t) => {
+            let out = t.await.ok();
+            *task = None;
+            out
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Reconciler {
+    pub(super) fn new(agent: Agent, shutdown: Option<ShutdownTrigger>) -> Self {
+        Reconciler {
+            agent,
+            shutdown,
+            running: None,
+            undo: None,
+            slot: None,
+            slot_taking: None,
+            slot_retry: None,
+            medik8s_release: None,
+            release_retry: None,
+            warned_value: None,
+            offline: None,
+            probe: None,
+            probe_not_before: None,
+            started: Instant::now(),
+        }
+    }
+
+    pub(super) async fn run(mut self, stop: CancellationToken) {
+        let agent = self.agent.clone();
+        let mut node_changes = agent.node.changes();
+        let mut pod_changes = agent.drainer.pods.changes();
+        let mut maintenance_changes = agent.maintenance.index.changes();
+        let mut medik8s_changes = agent.medik8s.as_ref().map(|m| m.index.changes());
+        let mut local_changes = agent.local.subscribe();
+        let mut progress = agent.progress().subscribe();
+        loop {
+            // The shutdown first: whether the lock may go is decided from
+            // the drain's state on every wake-up.
+            self.shutdown_step().await;
+            self.judge(&stop);
+            self.medik8s_step();
+            let timer = [self.slot_retry, self.release_retry, self.shutdown_timer()]
+                .into_iter()
+                .flatten()
+                .min();
+            let shutting_down = self.shutdown_pending();
+            let Reconciler {
+                shutdown,
+                undo,
+                slot_taking,
+                medik8s_release,
+                probe,
+                ..
+            } = &mut self;
+            let wake = tokio::select! {
+                _ = sleep_until(timer) => Wake::Look,
+                r = node_changes.changed() => if r.is_err() { return } else { Wake::Look },
+                // Pods matter to the loop only while a shutdown waits for
+                // the node to be drained.
+                _ = pod_changes.changed(), if shutting_down => Wake::Look,
+                // The sender lives in the agent, so this never closes.
+                _ = local_changes.changed() => Wake::Look,
+                _ = maintenance_changes.changed() => Wake::Look,
+                _ = async {
+                    match medik8s_changes.as_mut() {
+                        Some(rx) => rx.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => Wake::Look,
+                ev = async {
+                    match shutdown.as_mut() {
+                        Some(s) => s.next().await,
+                        None => std::future::pending().await,
+                    }
+                } => Wake::Logind(ev),
+                // Only a wake-up: a lost or lagged event changes nothing,
+                // the state is read again above.
+                _ = progress.recv() => Wake::Look,
+                _ = finished(undo) => Wake::Look,
+                r = finished(slot_taking) => Wake::Slot(r.map(|r| r.map(Box::new))),
+                r = finished(medik8s_release) => Wake::Medik8s(r),
+                _ = finished(probe) => Wake::Look,
+                _ = stop.cancelled() => {
+                    if let Some(r) = self.running.take() {
+                        r.stop();
+                    }
+                    return;
+                }
+            };
+            match wake {
+                Wake::Look => {}
+                Wake::Logind(ev) => {
+                    if let Some(sd) = self.shutdown.as_mut() {
+                        agent.on_logind(sd, &ev);
+                    }
+                }
+                Wake::Slot(r) => self.on_slot(r),
+                Wake::Medik8s(r) => {
+                    self.release_retry = (r != Some(true)).then(|| Instant::now() + RETRY_AFTER);
+                }
+            }
+            let now = Instant::now();
+            self.slot_retry = self.slot_retry.filter(|t| *t > now);
+            self.release_retry = self.release_retry.filter(|t| *t > now);
+        }
+    }
+
+    /// Works out what the triggers want and starts, keeps or ends the
+    /// drain and its undo accordingly.
+    fn judge(&mut self, stop: &CancellationToken) {
+        let agent = self.agent.clone();
+        let shutdown = self.shutdown.as_ref().and_then(ShutdownTrigger::active);
+        let mut desired = agent.desired(shutdown);
+        agent.publish_triggers(&desired);
+        // A local drain on its own waits for a reboot slot; the slot goes
+        // back when the local request does.
+        let planned = desired.sources.iter().any(|s| fleet::is_planned_local(s));
+        if planned && desired.sources.iter().all(|s| fleet::is_planned_local(s)) {
+            if self.slot.is_none() {
+                if self.slot_taking.is_none() && self.slot_retry.is_none() {
+                    let (a, s) = (agent.clone(), stop.clone());
+                    self.slot_taking =
+                        Some(tokio::spawn(async move { a.take_local_slot(&s).await }));
+                }
+                // Nothing happens until the slot is ours.
+                desired = Desired::default();
+            }
+        } else if !planned {
+            if let Some(t) = self.slot_taking.take() {
+                t.abort();
+            }
+            self.slot_retry = None;
+            if let Some(guard) = self.slot.take() {
+                let a = agent.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = guard.release().await {
+                        a.warn(format!("giving back the reboot slot: {e}"));
+                    }
+                });
+            }
+        }
+        if let Some(node) = agent.node.by_name(&agent.config.node)
+            && let Some(t) = trigger::taint::find(&node, &agent.config.drain_taints)
+            && let Some(w) = t.odd_value_warning()
+            && self.warned_value.as_deref() != Some(w.as_str())
+        {
+            agent.warn(w.clone());
+            self.warned_value = Some(w);
+        }
+        let wanted = desired.active();
+        match (&mut self.running, wanted) {
+            (Some(r), true) if r.desired.same_drain(&desired) => {
+                // The same drain, asked for by other triggers now: it goes on.
+                r.desired = desired;
+            }
+            (Some(_), _) => {
+                if let Some(r) = self.running.take() {
+                    r.stop();
+                }
+                if wanted {
+                    self.start(desired, stop);
+                } else {
+                    self.start_undo(stop);
+                }
+            }
+            (None, true) => self.start(desired, stop),
+            (None, false) => {
+                // Undo only what is known to be over: until every trigger
+                // has been heard from, "nothing asks" means "not known yet".
+                if self.undo.is_none() && agent.triggers_known() && agent.has_leftovers() {
+                    self.start_undo(stop);
+                }
+            }
+        }
+    }
+
+    fn start(&mut self, desired: Desired, stop: &CancellationToken) {
+        // A drain wins over an undo still under way.
+        if let Some(u) = self.undo.take() {
+            u.abort();
+        }
+        let cancel = stop.child_token();
+        let drainer = self.agent.drainer.clone();
+        let opts = self.agent.options(&desired);
+        let c = cancel.clone();
+        let task = tokio::spawn(async move { drainer.run(opts, c).await });
+        self.running = Some(Running {
+            desired,
+            cancel,
+            task,
+        });
+    }
+
+    fn start_undo(&mut self, stop: &CancellationToken) {
+        if let Some(u) = self.undo.take() {
+            u.abort();
+        }
+        let (a, s) = (self.agent.clone(), stop.clone());
+        self.undo = Some(tokio::spawn(async move { a.undo_until_done(&s).await }));
+    }
+
+    /// A reboot slot request came back.
+    fn on_slot(&mut self, r: Option<Result<Box<SlotGuard>, String>>) {
+        match r {
+            Some(Ok(guard)) => {
+                self.slot_retry = None;
+                self.slot = Some(*guard);
+            }
+            Some(Err(why)) => {
+                self.agent.progress().update(|st| {
+                    st.last_error = Some(why.clone());
+                    st.blockers = vec![Blocker {
+                        namespace: String::new(),
+                        pod: String::new(),
+                        reason: why.clone(),
+                    }];
+                });
+                self.slot_retry = Some(Instant::now() + RETRY_AFTER);
+            }
+            None => self.slot_retry = Some(Instant::now() + RETRY_AFTER),
+        }
+    }
+
+    /// A medik8s object being deleted waits on its operator's finalizer;
+    /// once the node is not held for it, let it go (not while a shutdown
+    /// waits).
+    fn medik8s_step(&mut self) {
+        if self.shutdown_pending()
+            || self.medik8s_release.is_some()
+            || self.release_retry.is_some()
+            || !self.agent.medik8s_waiting()
+        {
+            return;
+        }
+        let held = self.running.is_some();
+        let a = self.agent.clone();
+        self.medik8s_release = Some(tokio::spawn(async move {
+            a.release_medik8s_objects(held).await
+        }));
+    }
+
+    /// Whether a shutdown is announced and the lock not yet let go.
+    pub(super) fn shutdown_pending(&self) -> bool {
+        self.shutdown
+            .as_ref()
+            .and_then(ShutdownTrigger::release_deadline)
+            .is_some()
+    }
+}

@@ -1,0 +1,200 @@
+//! Network and server faults the simulated apiserver can be told to have,
+//! so the agent is tested against a cluster as unkind as a real one:
+//!
+//! - **half-open connections**: every open connection stops answering
+//!   without closing (no FIN, no RST), as when a NAT or load balancer drops
+//!   the flow; the client sees nothing but silence;
+//! - **black hole**: every connection, open or new, is accepted and then
+//!   never answered, as when the API server's address is unreachable;
+//! - **errors and delays**: a share of requests answered with 500, 503 or
+//!   429, or answered only after a delay;
+//! - **restart**: every connection is closed and the watch cache starts
+//!   afresh, so a watch resumed from before the restart gets 410 Gone.
+//!
+//! A connection frozen once stays frozen (a dropped flow does not come
+//! back); only new connections see a fault lifted.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::watch;
+
+#[derive(Debug, Default, Clone)]
+struct Settings {
+    /// Connections with an id below this are frozen.
+    frozen_below: u64,
+    black_hole: bool,
+    /// (share of requests, status code)
+    errors: Option<(f64, u16)>,
+    delay: Duration,
+}
+
+/// The faults of one simulated cluster (`SimState::faults`).
+#[derive(Debug)]
+pub struct Faults {
+    settings: Mutex<Settings>,
+    next_conn: AtomicU64,
+    /// Bumped by [`Faults::restart`]; connections close when it changes.
+    restarts: watch::Sender<u64>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            settings: Mutex::default(),
+            next_conn: AtomicU64::new(0),
+            restarts: watch::channel(0).0,
+        }
+    }
+}
+
+impl Faults {
+    fn settings(&self) -> std::sync::MutexGuard<'_, Settings> {
+        self.settings.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every connection open now stops answering, for good, without being
+    /// closed. New connections work.
+    pub fn freeze_open_connections(&self) {
+        let next = self.next_conn.load(Ordering::SeqCst);
+        self.settings().frozen_below = next;
+    }
+
+    /// While on, every connection (open or new) is silent; turned off, new
+    /// connections work again and the ones frozen meanwhile stay dead.
+    pub fn black_hole(&self, on: bool) {
+        let mut s = self.settings();
+        s.black_hole = on;
+        if on {
+            s.frozen_below = u64::MAX;
+        } else {
+            s.frozen_below = self.next_conn.load(Ordering::SeqCst);
+        }
+    }
+
+    /// Answers `share` (0 to 1) of requests with `code` (500, 503, 429...).
+    pub fn fail_requests(&self, share: f64, code: u16) {
+        self.settings().errors = (share > 0.0).then_some((share.min(1.0), code));
+    }
+
+    /// Answers every request only after `delay`.
+    pub fn delay_requests(&self, delay: Duration) {
+        self.settings().delay = delay;
+    }
+
+    /// Lifts the error and delay faults and the black hole (frozen
+    /// connections stay frozen).
+    pub fn clear(&self) {
+        self.black_hole(false);
+        let mut s = self.settings();
+        s.errors = None;
+        s.delay = Duration::ZERO;
+    }
+
+    /// Closes every connection, as an API server restart does. The caller
+    /// also resets the watch history (see `SimState::restart`).
+    pub fn close_all_connections(&self) {
+        self.restarts.send_modify(|n| *n += 1);
+    }
+
+    /// A receiver that changes on every restart.
+    pub fn restarts(&self) -> watch::Receiver<u64> {
+        self.restarts.subscribe()
+    }
+
+    /// A new connection's id.
+    pub fn register_connection(&self) -> u64 {
+        self.next_conn.fetch_add(1, Ordering::SeqCst)
+    }
+
+    fn frozen(&self, conn: u64) -> bool {
+        let s = self.settings();
+        s.black_hole || conn < s.frozen_below
+    }
+
+    /// What to do with a request now: answer it with an error code, and
+    /// how long to wait first.
+    pub fn for_request(&self) -> (Option<u16>, Duration) {
+        let s = self.settings();
+        let code = s
+            .errors
+            .filter(|(share, _)| rand::random::<f64>() < *share)
+            .map(|(_, code)| code);
+        (code, s.delay)
+    }
+}
+
+/// A server-side connection that goes silent when its [`Faults`] say so:
+/// reads and writes stay pending forever, and nothing is closed.
+pub struct FaultyIo<T> {
+    inner: T,
+    conn: u64,
+    faults: std::sync::Arc<Faults>,
+    dead: bool,
+}
+
+impl<T> FaultyIo<T> {
+    pub fn new(inner: T, faults: std::sync::Arc<Faults>) -> Self {
+        let conn = faults.register_connection();
+        FaultyIo {
+            inner,
+            conn,
+            faults,
+            dead: false,
+        }
+    }
+
+    /// Whether the connection has gone silent (checked on every I/O).
+    fn silent(&mut self) -> bool {
+        if !self.dead && self.faults.frozen(self.conn) {
+            self.dead = true;
+        }
+        self.dead
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for FaultyIo<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.silent() {
+            // Never woken: the flow is gone, the socket stays open.
+            return Poll::Pending;
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for FaultyIo<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if self.silent() {
+            return Poll::Pending;
+        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.silent() {
+            return Poll::Pending;
+        }
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.silent() {
+            return Poll::Pending;
+        }
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
