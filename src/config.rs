@@ -123,6 +123,9 @@ pub struct ApiSettings {
     /// During a shutdown, how long the API may stay unreachable before the
     /// agent stops waiting for it.
     pub unreachable_release: Duration,
+    /// A view whose watch has been failing this long makes the agent not
+    /// ready.
+    pub stale_after: Duration,
 }
 
 impl Default for ApiSettings {
@@ -131,6 +134,7 @@ impl Default for ApiSettings {
             call_timeout: crate::client::DEFAULT_CALL_TIMEOUT,
             watch_idle_timeout: crate::index::DEFAULT_WATCH_IDLE_TIMEOUT,
             unreachable_release: Duration::from_secs(30),
+            stale_after: crate::index::STALE_AFTER,
         }
     }
 }
@@ -244,6 +248,7 @@ impl AgentArgs {
                 "--api-unreachable-seconds",
                 self.api_unreachable_seconds,
             )?,
+            stale_after: crate::index::STALE_AFTER,
         };
         Ok(Config {
             api,

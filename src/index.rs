@@ -48,6 +48,8 @@ pub struct WatchGuard {
     /// to a watch that asks for them, so a healthy connection never trips
     /// it and costs no extra request.
     pub idle_timeout: Duration,
+    /// A view whose watch has been failing for this long is stale.
+    pub stale_after: Duration,
     /// Told of every answer from the API server.
     pub health: ApiHealth,
 }
@@ -56,6 +58,7 @@ impl Default for WatchGuard {
     fn default() -> Self {
         WatchGuard {
             idle_timeout: DEFAULT_WATCH_IDLE_TIMEOUT,
+            stale_after: STALE_AFTER,
             health: ApiHealth::default(),
         }
     }
@@ -121,6 +124,8 @@ struct Inner {
     /// Since when the watch has been failing (cleared by a list or an
     /// event that arrives).
     failing_since: Option<Instant>,
+    /// How long a failing watch may go before the view is stale.
+    stale_after: Option<Duration>,
 }
 
 /// A set of objects kept current by a watch. Cheap to clone.
@@ -191,11 +196,11 @@ impl Index {
     }
 
     /// Why the view may be out of date: its watch has been failing for
-    /// longer than [`STALE_AFTER`].
+    /// longer than its guard's `stale_after` ([`STALE_AFTER`] by default).
     pub fn stale(&self) -> Option<String> {
         let inner = self.lock();
         let since = inner.failing_since?;
-        (since.elapsed() >= STALE_AFTER).then(|| {
+        (since.elapsed() >= inner.stale_after.unwrap_or(STALE_AFTER)).then(|| {
             format!(
                 "no update for {}s: {}",
                 since.elapsed().as_secs(),
@@ -280,6 +285,7 @@ impl Index {
     /// many agents do not come back to a restarted API server at once.
     pub async fn run(self, client: kube::Client, target: WatchTarget, stop: CancellationToken) {
         let req = Request::new(target.path.clone());
+        self.lock().stale_after = Some(target.guard.stale_after);
         let health = &target.guard.health;
         let idle = target.guard.idle_timeout;
         let mut backoff = Backoff::with(500, 30_000);

@@ -230,6 +230,7 @@ impl Agent {
     fn watch_guard(&self) -> WatchGuard {
         WatchGuard {
             idle_timeout: self.config.api.watch_idle_timeout,
+            stale_after: self.config.api.stale_after,
             health: self.health.clone(),
         }
     }

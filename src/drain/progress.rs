@@ -154,6 +154,8 @@ pub struct Progress {
     started: Instant,
     events: broadcast::Sender<DrainEvent>,
     status: Arc<Mutex<DrainStatus>>,
+    /// Kinds of events that reach no subscriber (see [`Progress::lose_events`]).
+    lost: Arc<Mutex<Vec<EventKind>>>,
 }
 
 impl Progress {
@@ -164,6 +166,7 @@ impl Progress {
             started: Instant::now(),
             events,
             status: Arc::default(),
+            lost: Arc::default(),
         }
     }
 
@@ -206,8 +209,26 @@ impl Progress {
                 tracing::info!(node = %ev.node, %pod, %stage, message = %ev.message, "{:?}", ev.event)
             }
         }
+        if self
+            .lost
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&ev.event)
+        {
+            return;
+        }
         // Nobody listening is fine.
         let _ = self.events.send(ev);
+    }
+
+    /// Fault injection for tests: events of `kind` are still logged but
+    /// reach no subscriber, as if every subscriber had lagged past them.
+    /// Nothing of the agent's may depend on seeing one event.
+    pub fn lose_events(&self, kind: EventKind) {
+        self.lost
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(kind);
     }
 
     pub fn status(&self) -> DrainStatus {

@@ -32,6 +32,8 @@ struct Settings {
     /// (share of requests, status code)
     errors: Option<(f64, u16)>,
     delay: Duration,
+    /// Requests to paths starting with one of these get 403 Forbidden.
+    forbidden: Vec<String>,
 }
 
 /// The faults of one simulated cluster (`SimState::faults`).
@@ -82,6 +84,12 @@ impl Faults {
         self.settings().errors = (share > 0.0).then_some((share.min(1.0), code));
     }
 
+    /// Answers every request to a path starting with `prefix` with 403
+    /// Forbidden, as missing RBAC would.
+    pub fn forbid(&self, prefix: &str) {
+        self.settings().forbidden.push(prefix.to_string());
+    }
+
     /// Answers every request only after `delay`.
     pub fn delay_requests(&self, delay: Duration) {
         self.settings().delay = delay;
@@ -94,6 +102,7 @@ impl Faults {
         let mut s = self.settings();
         s.errors = None;
         s.delay = Duration::ZERO;
+        s.forbidden.clear();
     }
 
     /// Closes every connection, as an API server restart does. The caller
@@ -117,10 +126,13 @@ impl Faults {
         s.black_hole || conn < s.frozen_below
     }
 
-    /// What to do with a request now: answer it with an error code, and
-    /// how long to wait first.
-    pub fn for_request(&self) -> (Option<u16>, Duration) {
+    /// What to do with a request for `path` now: answer it with an error
+    /// code, and how long to wait first.
+    pub fn for_request(&self, path: &str) -> (Option<u16>, Duration) {
         let s = self.settings();
+        if s.forbidden.iter().any(|p| path.starts_with(p.as_str())) {
+            return (Some(403), s.delay);
+        }
         let code = s
             .errors
             .filter(|(share, _)| rand::random::<f64>() < *share)

@@ -1,0 +1,391 @@
+//! The agent against an unkind API server, with the simulator's fault
+//! injection: half-open connections, an API server out of reach at a
+//! shutdown or from the start, a lost event, a forbidden CRD check, a
+//! restart, and a share of failing requests. Each test shortens the
+//! agent's bounds by configuration (the defaults are minutes) and waits
+//! with a bound of its own, so a broken guard fails instead of hanging.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::endpoint::{free_port, request};
+use common::*;
+use maintd::agent::Agent;
+use maintd::config::{ApiSettings, Config, ShutdownSettings};
+use maintd::drain::progress::{DrainEvent, EventKind, Progress};
+use maintd::sim::SimCluster;
+use maintd::sim::dbus::PrivateBus;
+use maintd::sim::logind::{SimLogind, SimLogindConfig};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// Bounds short enough for a test: a watch silent for 2 s is dead, a call
+/// gets 1 s, a view failing for 1 s is stale, and a shutdown stops waiting
+/// for the API server after 3 s.
+fn short_bounds() -> ApiSettings {
+    ApiSettings {
+        call_timeout: Duration::from_secs(1),
+        watch_idle_timeout: Duration::from_secs(2),
+        unreachable_release: Duration::from_secs(3),
+        stale_after: Duration::from_secs(1),
+    }
+}
+
+struct Setup {
+    _bus: Option<PrivateBus>,
+    logind: Option<SimLogind>,
+    sim: SimCluster,
+    events: Arc<Mutex<Vec<DrainEvent>>>,
+    progress: Progress,
+    readonly: std::net::SocketAddr,
+    stop: CancellationToken,
+}
+
+/// The fault scenario, its bookmarks every 500 ms (a real API server sends
+/// one a minute; the idle guard is scaled down with it).
+async fn fault_sim() -> SimCluster {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/faults.yaml");
+    let scenario = maintd::sim::scenario::load(&path).unwrap();
+    let config = maintd::sim::SimConfig {
+        bookmark_interval: Duration::from_millis(500),
+        ..Default::default()
+    };
+    let sim = SimCluster::start_with_scenario(config, &scenario)
+        .await
+        .unwrap();
+    sim.wait_settled(Duration::from_secs(30)).await.unwrap();
+    sim
+}
+
+/// An agent on node-a with both listeners and, with `budget`, a simulated
+/// logind whose delay budget that is. `before` runs after the cluster is
+/// up and before the agent starts (to inject a fault from the start).
+async fn setup(budget: Option<Duration>, before: impl FnOnce(&SimCluster)) -> Setup {
+    let sim = fault_sim().await;
+    let (bus, logind) = match budget {
+        Some(b) => {
+            let bus = PrivateBus::start().expect("dbus-daemon starts");
+            let logind = SimLogind::start(
+                &bus.address,
+                SimLogindConfig {
+                    inhibit_delay_max: b,
+                },
+            )
+            .await
+            .unwrap();
+            (Some(bus), Some(logind))
+        }
+        None => (None, None),
+    };
+    let mut config = Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap());
+    config.api = short_bounds();
+    let readonly = free_port();
+    config.listen = Some(readonly);
+    if let Some(bus) = &bus {
+        config.shutdown = Some(ShutdownSettings {
+            sleep: false,
+            margin: Duration::from_secs(2),
+            bus: Some(bus.address.clone()),
+        });
+    }
+    before(&sim);
+    let agent = Agent::new(config, sim.agent_client("node-a"));
+    let events: Arc<Mutex<Vec<DrainEvent>>> = Arc::default();
+    let progress = agent.progress().clone();
+    let mut rx = agent.progress().subscribe();
+    let sink = events.clone();
+    tokio::spawn(async move {
+        while let Ok(ev) = rx.recv().await {
+            sink.lock().unwrap().push(ev);
+        }
+    });
+    let stop = CancellationToken::new();
+    tokio::spawn(agent.run(stop.clone()));
+    Setup {
+        _bus: bus,
+        logind,
+        sim,
+        events,
+        progress,
+        readonly,
+        stop,
+    }
+}
+
+impl Setup {
+    fn logind(&self) -> &SimLogind {
+        self.logind.as_ref().expect("this setup has a logind")
+    }
+
+    async fn lock_held(&self) {
+        let l = self.logind().clone();
+        eventually("maintd holds its lock", || {
+            let held = l
+                .inhibitors()
+                .iter()
+                .any(|i| i.who == "maintd" && i.mode == "delay");
+            async move { held }
+        })
+        .await;
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let (code, body) = request(self.readonly, "GET", path, "").await;
+        (code, serde_json::from_str(&body).unwrap_or(Value::Null))
+    }
+
+    async fn ready(&self) {
+        let addr = self.readonly;
+        eventually("the agent is ready", || async move {
+            request(addr, "GET", "/readyz", "").await.0 == 200
+        })
+        .await;
+    }
+
+    fn events(&self) -> Vec<DrainEvent> {
+        self.events.lock().unwrap().clone()
+    }
+
+    async fn wait_event(&self, kind: EventKind) -> DrainEvent {
+        let evs = self.events.clone();
+        eventually(&format!("{kind:?}"), || {
+            let seen = evs.lock().unwrap().iter().any(|e| e.event == kind);
+            async move { seen }
+        })
+        .await;
+        self.events().into_iter().find(|e| e.event == kind).unwrap()
+    }
+}
+
+/// Waits at most `bound` for node-a to carry maintd's drain taint.
+async fn wait_marked(sim: &SimCluster, bound: Duration) {
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        // A fresh client each time: the test's own pooled connections may
+        // be among the frozen ones.
+        let node = sim.client();
+        let marked =
+            pods_on(&node, "node-a").await.is_empty() || is_cordoned(&node, "node-a").await;
+        if marked {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the agent did not act on the taint within {bound:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_open_connection_is_noticed_and_a_later_taint_is_acted_on() {
+    let s = setup(None, |_| {}).await;
+    s.ready().await;
+    // Every connection open now goes silent without closing, as when a NAT
+    // drops the flow: the agent's watches hear nothing more.
+    s.sim.state.faults.freeze_open_connections();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    taint(&s.sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
+    // Without the idle guard nothing would ever wake the agent; with it,
+    // the watch is made again after 2 s of silence and sees the taint.
+    wait_marked(
+        &s.sim,
+        short_bounds().watch_idle_timeout + Duration::from_secs(10),
+    )
+    .await;
+    s.stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_restart_ends_every_watch_and_the_agent_goes_on() {
+    let s = setup(None, |_| {}).await;
+    s.ready().await;
+    let watches_before = node_watches(&s.sim);
+    // Every connection closes and the watch cache starts afresh.
+    s.sim.state.restart();
+    taint(&s.sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
+    wait_marked(&s.sim, Duration::from_secs(20)).await;
+    assert!(
+        node_watches(&s.sim) > watches_before,
+        "the agent watched its Node again after the restart"
+    );
+    s.stop.cancel();
+}
+
+/// How many watches of its Node the agent has started so far.
+fn node_watches(sim: &SimCluster) -> usize {
+    sim.state
+        .audit
+        .requests()
+        .iter()
+        .filter(|r| r.user_agent.contains("node-a") && r.watch && r.path == "/api/v1/nodes")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flaky_api_server_slows_the_drain_but_it_completes() {
+    let s = setup(None, |_| {}).await;
+    s.ready().await;
+    // A third of all requests fail, half of those with 503, half with 500.
+    s.sim.state.faults.fail_requests(0.3, 503);
+    taint(
+        &s.sim.client_with(true),
+        "node-a",
+        "maintd.io/drain",
+        Some("kernel"),
+    )
+    .await;
+    s.wait_event(EventKind::DrainCompleted).await;
+    s.sim.state.faults.clear();
+    let left: Vec<String> = pods_on(&s.sim.client(), "node-a")
+        .await
+        .into_iter()
+        .filter(|p| !is_mirror(p))
+        .map(|p| p.metadata.name.unwrap_or_default())
+        .collect();
+    assert!(left.is_empty(), "drained despite the failures: {left:?}");
+    s.stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_api_out_of_reach_at_a_shutdown_the_lock_goes_after_the_bound_and_the_static_grace()
+ {
+    let s = setup(Some(Duration::from_secs(60)), |_| {}).await;
+    s.lock_held().await;
+    s.ready().await;
+    let dir = s.sim.static_pod_dir("node-a").unwrap();
+    let manifests = dir_files(&dir);
+    assert_eq!(manifests.len(), 1);
+    // The API server's address stops answering, then logind announces a
+    // reboot: nothing can be evicted.
+    s.sim.state.faults.black_hole(true);
+    let t0 = tokio::time::Instant::now();
+    s.logind().reboot().await;
+    let record = tokio::time::timeout(Duration::from_secs(40), s.logind().wait_for_shutdowns(1))
+        .await
+        .expect("the reboot is not held for the whole budget")[0]
+        .clone();
+    let waited = t0.elapsed();
+    assert!(!record.timed_out, "{record:?}");
+    let offline = s.wait_event(EventKind::DrainFailed).await;
+    assert!(
+        offline.message.contains("has not answered"),
+        "{}",
+        offline.message
+    );
+    let released = s.wait_event(EventKind::ShutdownReleased).await;
+    assert!(
+        released.message.contains("out of reach"),
+        "{}",
+        released.message
+    );
+    // The static pod was stopped from its manifest, which waits in the
+    // stash, byte for byte, for the boot.
+    assert!(
+        dir_files(&dir).is_empty(),
+        "the manifest left the kubelet's directory"
+    );
+    let stash = dir.parent().unwrap().join(format!(
+        "{}.maintd-stash",
+        dir.file_name().unwrap().to_string_lossy()
+    ));
+    assert_eq!(
+        dir_files(&stash),
+        manifests,
+        "stashed byte for byte in {stash:?}"
+    );
+    println!(
+        "API out of reach at the shutdown: the reboot waited {:.1}s (bound 3 s + static grace 2 s; logind's budget 60 s)",
+        waited.as_secs_f64()
+    );
+    s.sim.state.faults.clear();
+    s.stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_drain_completed_event_does_not_keep_the_lock() {
+    let s = setup(Some(Duration::from_secs(60)), |_| {}).await;
+    s.lock_held().await;
+    s.ready().await;
+    // Not one subscriber sees the drain end: the lock must go from state.
+    s.progress.lose_events(EventKind::DrainCompleted);
+    let t0 = tokio::time::Instant::now();
+    s.logind().reboot().await;
+    let record = tokio::time::timeout(Duration::from_secs(40), s.logind().wait_for_shutdowns(1))
+        .await
+        .expect("the reboot proceeds")[0]
+        .clone();
+    assert!(!record.timed_out, "{record:?}");
+    let released = s.wait_event(EventKind::ShutdownReleased).await;
+    assert!(
+        released.message.contains("drained"),
+        "released because drained, not at the deadline: {}",
+        released.message
+    );
+    assert!(
+        s.events()
+            .iter()
+            .all(|e| e.event != EventKind::DrainCompleted),
+        "the event really was lost"
+    );
+    println!(
+        "DrainCompleted lost: the reboot waited {:.1}s of a 58 s window",
+        t0.elapsed().as_secs_f64()
+    );
+    s.stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forbidden_crd_check_does_not_keep_the_agent_from_its_lock_or_its_endpoints() {
+    let s = setup(Some(Duration::from_secs(60)), |sim| {
+        sim.state.faults.forbid("/apis/maintd.io/");
+    })
+    .await;
+    s.lock_held().await;
+    let (code, _) = s.get("/healthz").await;
+    assert_eq!(code, 200);
+    let addr = s.readonly;
+    eventually("the status names the forbidden trigger", || async move {
+        let (_, body) = request(addr, "GET", "/v1/status", "").await;
+        let st: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        st["watches"]["views"]["nodemaintenances"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("may not list"))
+    })
+    .await;
+    // The other triggers still work.
+    taint(&s.sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
+    wait_marked(&s.sim, Duration::from_secs(20)).await;
+    s.stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_out_of_reach_from_the_start_still_gets_the_lock_and_healthz_and_a_bounded_reboot() {
+    let s = setup(Some(Duration::from_secs(60)), |sim| {
+        sim.state.faults.black_hole(true);
+    })
+    .await;
+    s.lock_held().await;
+    let (code, _) = s.get("/healthz").await;
+    assert_eq!(code, 200, "alive: the liveness probe must not restart it");
+    let addr = s.readonly;
+    eventually("/readyz says which views are stale", || async move {
+        let (code, body) = request(addr, "GET", "/readyz", "").await;
+        code == 503 && body.contains("stale") && body.contains("pods")
+    })
+    .await;
+    let t0 = tokio::time::Instant::now();
+    s.logind().reboot().await;
+    let record = tokio::time::timeout(Duration::from_secs(40), s.logind().wait_for_shutdowns(1))
+        .await
+        .expect("the reboot is not held for the whole budget")[0]
+        .clone();
+    assert!(!record.timed_out, "{record:?}");
+    println!(
+        "API out of reach since start: the reboot waited {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+    s.stop.cancel();
+}
