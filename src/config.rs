@@ -54,7 +54,9 @@ pub struct AgentArgs {
     /// Hold a logind delay lock and drain before the node shuts down.
     #[arg(long, env = "MAINTD_INHIBIT_SHUTDOWN", default_value_t = true, action = clap::ArgAction::Set)]
     pub inhibit_shutdown: bool,
-    /// Also delay suspend (sleep) with the lock.
+    /// Also delay suspend (sleep) with the lock: the node is drained before
+    /// it sleeps (within logind's delay budget), and the drain is undone
+    /// when it resumes.
     #[arg(long)]
     pub inhibit_sleep: bool,
     /// Release the lock this long before logind's delay budget runs out (at

@@ -235,7 +235,16 @@ pub struct Inhibitor {
 impl Inhibitor {
     /// True for a delay lock covering shutdown: one logind waits for.
     pub fn delays_shutdown(&self) -> bool {
-        self.mode == "delay" && self.what.split(':').any(|w| w == "shutdown")
+        self.delays("shutdown")
+    }
+
+    /// Whether this is a delay lock on suspend.
+    pub fn delays_sleep(&self) -> bool {
+        self.delays("sleep")
+    }
+
+    fn delays(&self, op: &str) -> bool {
+        self.mode == "delay" && self.what.split(':').any(|w| w == op)
     }
 }
 

@@ -6,6 +6,9 @@
 //! with a bound of its own, so a broken guard fails instead of hanging.
 
 mod common;
+#[path = "logind/support.rs"]
+#[allow(dead_code)]
+mod logind_support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -388,4 +391,65 @@ async fn an_api_out_of_reach_from_the_start_still_gets_the_lock_and_healthz_and_
         t0.elapsed().as_secs_f64()
     );
     s.stop.cancel();
+}
+
+/// The same bounded reboot against python-dbusmock's logind: a second,
+/// independent logind, whose Reboot the test makes announce a shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_dbusmock_logind_an_api_out_of_reach_at_a_shutdown_does_not_hold_the_reboot() {
+    use logind_support::{DbusMock, client};
+    let bus = PrivateBus::start().expect("dbus-daemon starts");
+    let mock = DbusMock::start(&bus, true).await;
+    mock.add_property(
+        "InhibitDelayMaxUSec",
+        zbus::zvariant::Value::U64(60_000_000),
+    )
+    .await;
+    mock.add_method(
+        "Reboot",
+        "b",
+        "",
+        "self.EmitSignal('org.freedesktop.login1.Manager', 'PrepareForShutdown', 'b', [True])",
+    )
+    .await;
+    let sim = fault_sim().await;
+    let mut config = Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap());
+    config.api = short_bounds();
+    config.shutdown = Some(ShutdownSettings {
+        sleep: false,
+        margin: Duration::from_secs(2),
+        bus: Some(bus.address.clone()),
+    });
+    let stop = CancellationToken::new();
+    tokio::spawn(Agent::new(config, sim.agent_client("node-a")).run(stop.clone()));
+    let logind = client(&bus).await;
+    let maintd_locks = || async {
+        client(&bus)
+            .await
+            .list_inhibitors()
+            .await
+            .unwrap_or_default()
+            .iter()
+            .filter(|i| i.who == "maintd")
+            .count()
+    };
+    let held = maintd_locks.clone();
+    eventually("maintd holds its lock", || async { held().await == 1 }).await;
+    sim.state.faults.black_hole(true);
+    let t0 = tokio::time::Instant::now();
+    logind.reboot().await.unwrap();
+    let deadline = t0 + Duration::from_secs(40);
+    while maintd_locks().await > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lock is still held 40 s into a 60 s budget with the API out of reach"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "dbusmock logind, API out of reach: the lock went after {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+    sim.state.faults.clear();
+    stop.cancel();
 }

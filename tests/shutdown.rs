@@ -30,6 +30,11 @@ struct Setup {
 }
 
 async fn setup(budget: Duration, margin: Duration) -> Setup {
+    setup_with(budget, margin, false).await
+}
+
+/// With `sleep`, the lock delays suspend too (`--inhibit-sleep`).
+async fn setup_with(budget: Duration, margin: Duration, sleep: bool) -> Setup {
     let bus = PrivateBus::start().expect("dbus-daemon starts (CI installs the dbus package)");
     let logind = SimLogind::start(
         &bus.address,
@@ -42,7 +47,7 @@ async fn setup(budget: Duration, margin: Duration) -> Setup {
     let sim = scenario("small.yaml").await;
     let mut config = Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap());
     config.shutdown = Some(ShutdownSettings {
-        sleep: false,
+        sleep,
         margin,
         bus: Some(bus.address.clone()),
     });
@@ -253,5 +258,46 @@ async fn a_cancelled_shutdown_takes_the_lock_again_and_undoes_the_drain() {
     })
     .await;
     assert!(s.logind.shutdown_records().is_empty(), "nothing shut down");
+    s.stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspend_drains_then_lets_go_and_the_resume_undoes_the_drain() {
+    let s = setup_with(Duration::from_secs(60), Duration::from_secs(5), true).await;
+    assert!(
+        s.logind
+            .inhibitors()
+            .iter()
+            .any(|i| i.who == "maintd" && i.what.contains("sleep")),
+        "the lock delays suspend too"
+    );
+    s.logind.suspend().await;
+    let record = tokio::time::timeout(Duration::from_secs(60), s.logind.wait_for_shutdowns(1))
+        .await
+        .expect("the suspend proceeds")[0]
+        .clone();
+    assert_eq!(record.action, "suspend");
+    assert!(
+        !record.timed_out,
+        "released once drained, not when logind gave up: {record:?}"
+    );
+    let evs = wait_event(&s.events, EventKind::UndoCompleted).await;
+    let drained = position(&evs, EventKind::DrainCompleted).expect("drained before sleeping");
+    let released = position(&evs, EventKind::ShutdownReleased).expect("released");
+    let undone = position(&evs, EventKind::UndoCompleted).unwrap();
+    assert!(
+        drained < released && released < undone,
+        "drain, let go, resume, undo"
+    );
+    assert!(
+        !is_cordoned(&s.sim.client(), "node-a").await,
+        "back in service"
+    );
+    let l = s.logind.clone();
+    eventually("the lock is taken again after the resume", || {
+        let n = l.inhibitors().iter().filter(|i| i.who == "maintd").count();
+        async move { n == 1 }
+    })
+    .await;
     s.stop.cancel();
 }

@@ -96,7 +96,8 @@ impl Agent {
     fn desired(&self, shutdown: Option<ActiveShutdown>) -> Desired {
         let mut d = Desired::default();
         if let Some(sd) = shutdown {
-            d.sources.push("shutdown".into());
+            d.sources
+                .push(if sd.sleep { "suspend" } else { "shutdown" }.into());
             d.evict = true;
             d.deadline = Some(sd.deadline);
         }

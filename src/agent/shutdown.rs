@@ -47,9 +47,24 @@ impl Agent {
                     self.warn(format!("logind's delay budget ({:.0}s) is shorter than the {need}s the pods' grace periods add up to over the drain's stages; raise InhibitDelayMaxSec (see systemd/) or the slowest stages will be cut short", budget.as_secs_f64()));
                 }
             }
+            ShutdownEvent::PreparingSleep { budget } => {
+                out.event = EventKind::ShutdownPreparing;
+                out.message = format!(
+                    "logind announced a suspend; draining within its {:.1}s delay budget",
+                    budget.as_secs_f64()
+                );
+                p.emit(out);
+            }
             ShutdownEvent::Cancelled => {
                 out.event = EventKind::ShutdownCancelled;
                 out.message = "the shutdown was cancelled; the lock is taken again".into();
+                p.emit(out);
+            }
+            ShutdownEvent::Resumed => {
+                out.event = EventKind::ShutdownCancelled;
+                out.message =
+                    "the node resumed from suspend; the lock is taken again and the drain undone"
+                        .into();
                 p.emit(out);
             }
             ShutdownEvent::LockHeld => tracing::info!("holding logind's shutdown delay lock"),
@@ -65,7 +80,6 @@ impl Agent {
                 );
                 p.emit(out);
             }
-            _ => {}
         }
     }
 }

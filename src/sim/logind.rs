@@ -90,6 +90,8 @@ impl Drop for Entry {
 pub(crate) struct State {
     delay_max: Duration,
     preparing: bool,
+    /// A suspend is waiting for delay locks on sleep.
+    sleeping: bool,
     entries: BTreeMap<u64, Entry>,
     next_id: u64,
     records: Vec<ShutdownRecord>,
@@ -97,13 +99,23 @@ pub(crate) struct State {
 }
 
 impl State {
-    fn shutdown_delayers(&self) -> Vec<String> {
+    fn delayers(&self, op: Op) -> Vec<String> {
         self.entries
             .values()
-            .filter(|e| e.info.delays_shutdown())
+            .filter(|e| match op {
+                Op::Shutdown => e.info.delays_shutdown(),
+                Op::Sleep => e.info.delays_sleep(),
+            })
             .map(|e| e.info.who.clone())
             .collect()
     }
+}
+
+/// What logind is about to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    Shutdown,
+    Sleep,
 }
 
 pub(crate) struct Shared {
@@ -136,6 +148,7 @@ impl SimLogind {
             state: Mutex::new(State {
                 delay_max: config.inhibit_delay_max,
                 preparing: false,
+                sleeping: false,
                 entries: BTreeMap::new(),
                 next_id: 1,
                 records: Vec::new(),
@@ -183,6 +196,14 @@ impl SimLogind {
     /// Requests a reboot, as `systemctl reboot` does over D-Bus.
     pub async fn reboot(&self) {
         manager::begin_shutdown(&self.shared, "reboot").await;
+    }
+
+    /// Requests a suspend, as `systemctl suspend` does: PrepareForSleep(true),
+    /// a wait for delay locks on sleep (at most `InhibitDelayMaxUSec`), a
+    /// record with action `suspend`, and at once the resume:
+    /// PrepareForSleep(false).
+    pub async fn suspend(&self) {
+        manager::begin_sleep(&self.shared).await;
     }
 
     /// Aborts a shutdown in progress and emits `PrepareForShutdown(false)`.
@@ -249,6 +270,10 @@ async fn serve(shared: &Arc<Shared>) -> Result<zbus::Connection, SimLogindError>
 }
 
 async fn emit_prepare(shared: &Shared, start: bool) {
+    emit(shared, "PrepareForShutdown", start).await;
+}
+
+async fn emit(shared: &Shared, signal: &str, start: bool) {
     let conn = shared.conn.lock().await.clone();
     if let Some(conn) = conn {
         let sent = conn
@@ -256,39 +281,41 @@ async fn emit_prepare(shared: &Shared, start: bool) {
                 None::<&str>,
                 LOGIND_PATH,
                 LOGIND_MANAGER_INTERFACE,
-                "PrepareForShutdown",
+                signal,
                 &(start,),
             )
             .await;
         if let Err(e) = sent {
-            tracing::warn!(error = %e, "simulated logind could not emit PrepareForShutdown");
+            tracing::warn!(error = %e, "simulated logind could not emit {signal}");
         }
     }
 }
 
-/// Waits for delay locks on shutdown to go, at most `delay_max`, then records.
+/// Waits for delay locks on `op` to go, at most `delay_max`, then records.
+/// Returns false if cancelled first.
 async fn wait_and_record(
     shared: Arc<Shared>,
+    op: Op,
     action: &'static str,
     mut cancelled: oneshot::Receiver<()>,
-) {
+) -> bool {
     let (started, deadline, waited_for) = {
         let state = shared.state();
         let now = Instant::now();
-        (now, now + state.delay_max, state.shutdown_delayers())
+        (now, now + state.delay_max, state.delayers(op))
     };
     let timed_out = loop {
         let notified = shared.changed.notified();
         tokio::pin!(notified);
         // Register before looking, so a release in between is not missed.
         notified.as_mut().enable();
-        if shared.state().shutdown_delayers().is_empty() {
+        if shared.state().delayers(op).is_empty() {
             break false;
         }
         tokio::select! {
             _ = &mut notified => {}
             _ = tokio::time::sleep_until(deadline) => break true,
-            _ = &mut cancelled => return,
+            _ = &mut cancelled => return false,
         }
     };
     let count = {
@@ -303,4 +330,14 @@ async fn wait_and_record(
         state.records.len()
     };
     shared.records.send_replace(count);
+    true
+}
+
+/// A suspend: waits for delay locks on sleep, records it, and resumes.
+async fn sleep_and_resume(shared: Arc<Shared>) {
+    // Nothing cancels a suspend here; the sender lives until it is done.
+    let (_keep, never) = oneshot::channel();
+    wait_and_record(shared.clone(), Op::Sleep, "suspend", never).await;
+    shared.state().sleeping = false;
+    emit(&shared, "PrepareForSleep", false).await;
 }

@@ -21,10 +21,13 @@ pub fn drain_window(budget: Duration, margin: Duration) -> Duration {
     budget.saturating_sub(margin.min(budget / 4))
 }
 
-/// A shutdown being waited for.
+/// A shutdown (or, with `--inhibit-sleep`, a suspend) being waited for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ActiveShutdown {
     pub budget: Duration,
+    /// A suspend, not a shutdown: the node comes back with its pods gone,
+    /// and the drain is undone on resume.
+    pub sleep: bool,
     /// Release the lock by then at the latest.
     pub deadline: Instant,
 }
@@ -60,25 +63,29 @@ impl ShutdownTrigger {
     }
 
     /// Takes an event into account; returns whether the trigger changed.
+    /// A suspend is handled like a shutdown (drain, release before the
+    /// budget) and a resume like a cancelled shutdown (the lock is taken
+    /// again, the drain undone).
     pub fn on_event(&mut self, ev: &ShutdownEvent) -> bool {
-        match ev {
-            ShutdownEvent::Preparing { budget, .. } => {
-                if self.active.is_some() {
-                    return false;
-                }
+        let (budget, sleep) = match ev {
+            ShutdownEvent::Preparing { budget, .. } => (*budget, false),
+            ShutdownEvent::PreparingSleep { budget } => (*budget, true),
+            ShutdownEvent::Cancelled | ShutdownEvent::Resumed => {
                 self.released = false;
-                self.active = Some(ActiveShutdown {
-                    budget: *budget,
-                    deadline: Instant::now() + drain_window(*budget, self.margin),
-                });
-                true
+                return self.active.take().is_some();
             }
-            ShutdownEvent::Cancelled => {
-                self.released = false;
-                self.active.take().is_some()
-            }
-            _ => false,
+            _ => return false,
+        };
+        if self.active.is_some() {
+            return false;
         }
+        self.released = false;
+        self.active = Some(ActiveShutdown {
+            budget,
+            sleep,
+            deadline: Instant::now() + drain_window(budget, self.margin),
+        });
+        true
     }
 
     pub fn active(&self) -> Option<ActiveShutdown> {

@@ -126,6 +126,10 @@ impl Manager {
         begin_shutdown(&self.shared, "poweroff").await;
     }
 
+    async fn suspend(&self, _interactive: bool) {
+        begin_sleep(&self.shared).await;
+    }
+
     #[zbus(property(emits_changed_signal = "const"), name = "InhibitDelayMaxUSec")]
     async fn inhibit_delay_max_usec(&self) -> u64 {
         u64::try_from(self.shared.state().delay_max.as_micros()).unwrap_or(u64::MAX)
@@ -138,7 +142,7 @@ impl Manager {
 
     #[zbus(property(emits_changed_signal = "false"))]
     async fn preparing_for_sleep(&self) -> bool {
-        false
+        self.shared.state().sleeping
     }
 }
 
@@ -156,7 +160,26 @@ pub(crate) async fn begin_shutdown(shared: &Arc<Shared>, action: &'static str) {
         rx
     };
     emit_prepare(shared, true).await;
-    tokio::spawn(wait_and_record(shared.clone(), action, cancelled));
+    tokio::spawn(wait_and_record(
+        shared.clone(),
+        super::Op::Shutdown,
+        action,
+        cancelled,
+    ));
+}
+
+/// Starts a suspend unless one or a shutdown is in progress; returns at
+/// once while the wait for delay locks on sleep runs in the background.
+pub(crate) async fn begin_sleep(shared: &Arc<Shared>) {
+    {
+        let mut state = shared.state();
+        if state.preparing || state.sleeping {
+            return;
+        }
+        state.sleeping = true;
+    }
+    super::emit(shared, "PrepareForSleep", true).await;
+    tokio::spawn(super::sleep_and_resume(shared.clone()));
 }
 
 /// Drops inhibitor `id` once every write end of its pipe is closed (EOF,
