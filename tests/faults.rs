@@ -433,7 +433,7 @@ async fn with_dbusmock_logind_an_api_out_of_reach_at_a_shutdown_does_not_hold_th
             .filter(|i| i.who == "maintd")
             .count()
     };
-    let held = maintd_locks.clone();
+    let held = maintd_locks;
     eventually("maintd holds its lock", || async { held().await == 1 }).await;
     sim.state.faults.black_hole(true);
     let t0 = tokio::time::Instant::now();
