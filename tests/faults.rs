@@ -453,3 +453,37 @@ async fn with_dbusmock_logind_an_api_out_of_reach_at_a_shutdown_does_not_hold_th
     sim.state.faults.clear();
     stop.cancel();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_is_acted_on_while_an_undo_waits_on_a_slow_api_server() {
+    let s = setup(Some(Duration::from_secs(60)), |_| {}).await;
+    s.lock_held().await;
+    s.ready().await;
+    taint(&s.sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
+    s.wait_event(EventKind::DrainCompleted).await;
+    // Every new request is answered only after 3 s, past the agent's 1 s
+    // call timeout: the undo that follows the taint's removal keeps
+    // failing (the open watches still deliver events).
+    s.sim.state.faults.delay_requests(Duration::from_secs(3));
+    taint(&s.sim.client(), "node-a", "maintd.io/drain", None).await;
+    s.wait_event(EventKind::UndoStarted).await;
+    s.logind().reboot().await;
+    let record = tokio::time::timeout(Duration::from_secs(40), s.logind().wait_for_shutdowns(1))
+        .await
+        .expect("the shutdown was not kept waiting behind the undo")[0]
+        .clone();
+    assert!(!record.timed_out, "{record:?}");
+    let evs = s.events();
+    let preparing = evs
+        .iter()
+        .position(|e| e.event == EventKind::ShutdownPreparing)
+        .expect("the shutdown was seen");
+    assert!(
+        evs[..preparing]
+            .iter()
+            .all(|e| e.event != EventKind::UndoCompleted),
+        "the shutdown was taken in while the undo was still failing"
+    );
+    s.sim.state.faults.clear();
+    s.stop.cancel();
+}
