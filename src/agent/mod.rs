@@ -71,6 +71,7 @@ impl Agent {
                 stash,
                 progress: Progress::new(&config.node),
                 taint: TaintSpec::draining(),
+                memory: Default::default(),
             },
             node: Index::new(),
             local: LocalRequests::new(),
@@ -302,7 +303,8 @@ impl Agent {
             }
             let held = desired.active();
             match (&running, held) {
-                (Some(r), true) if r.desired == desired => {}
+                // Triggers came or went but want the same drain: it goes on.
+                (Some(r), true) if same_drain(&r.desired, &desired) => {}
                 (Some(_), _) => {
                     if let Some(r) = running.take() {
                         r.cancel.cancel();
@@ -375,7 +377,9 @@ impl Agent {
                     }
                 } => Wake::Logind(ev),
                 ev = progress.recv() => match ev {
-                    Ok(ev) if ev.event == EventKind::DrainCompleted => Wake::Drained,
+                    // Failed: every stage's time ran out; what is left
+                    // goes down with the node, so holding on gains nothing.
+                    Ok(ev) if matches!(ev.event, EventKind::DrainCompleted | EventKind::DrainFailed) => Wake::Drained,
                     _ => Wake::Node,
                 },
                 _ = async {
@@ -397,7 +401,16 @@ impl Agent {
             };
             match wake {
                 Wake::Logind(ev) => self.on_logind(sd, &ev),
-                Wake::Drained => self.release(sd, "the node is drained").await,
+                Wake::Drained => {
+                    let why = if self.progress().status().phase
+                        == crate::drain::progress::Phase::Failed
+                    {
+                        "the drain did all it could in the time it had; the pods left go down with the node"
+                    } else {
+                        "the node is drained"
+                    };
+                    self.release(sd, why).await
+                }
                 Wake::Deadline => {
                     let left = self.progress().status().pods_remaining;
                     let mut ev = self.progress().event(EventKind::DrainFailed);
@@ -441,4 +454,14 @@ impl Agent {
         };
         crate::http::start(ep, self.config.listen, self.config.listen_local, stop).await;
     }
+}
+
+/// Whether two wishes of the triggers ask for the same drain: only the plan,
+/// the deadline and how stages run count, not which triggers ask (a drain
+/// re-planned for those carries over what it learned, see DrainMemory).
+fn same_drain(a: &Desired, b: &Desired) -> bool {
+    a.evict == b.evict
+        && a.entries == b.entries
+        && a.deadline == b.deadline
+        && a.stage_timeout == b.stage_timeout
 }
