@@ -235,3 +235,78 @@ async fn new_triggers_for_the_same_plan_do_not_restart_the_drain() {
     }
     agent.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_deadline_re_plans_and_keeps_what_the_drain_learned() {
+    let sim = scenario("small.yaml").await;
+    maintd_namespace(&sim).await;
+    unmovable_budget(&sim, "guarded").await;
+    post_pod(&sim, &bare_pod("guarded", 1500, json!({"app": "guarded"}))).await;
+    sim.wait_settled(Duration::from_secs(30)).await.unwrap();
+    let agent = RunningAgent::start(&sim, "node-a", None);
+    agent.local.request("os update", None);
+    let progress = agent.progress.clone();
+    eventually("the guarded pod blocks the drain", || {
+        let st = progress.status();
+        async move { st.phase == Phase::Blocked && st.blockers.iter().any(|b| b.pod == "guarded") }
+    })
+    .await;
+    let before = agent.progress.status();
+    // A deadline far enough away that nothing is deleted yet.
+    agent
+        .local
+        .request("os update", Some(Duration::from_secs(3600)));
+    agent
+        .wait_for("the drain re-planned", |evs| {
+            evs.iter()
+                .filter(|e| e.event == EventKind::DrainStarted)
+                .count()
+                == 2
+        })
+        .await;
+    let seen = agent.events().len();
+    agent
+        .wait_for("the guarded pod's eviction retried", |evs| {
+            evs[seen..]
+                .iter()
+                .any(|e| e.event == EventKind::PodEvicting && e.pod.as_deref() == Some("guarded"))
+        })
+        .await;
+    let replanned = agent
+        .events()
+        .into_iter()
+        .filter(|e| e.event == EventKind::DrainStarted)
+        .nth(1)
+        .unwrap();
+    assert!(
+        replanned.message.starts_with("re-planned"),
+        "{}",
+        replanned.message
+    );
+    let after = agent.progress.status();
+    assert_eq!(after.started_at, before.started_at, "not started afresh");
+    assert_eq!(after.blockers, before.blockers, "the blockers carry over");
+    for s in before.stages.iter().filter(|s| s.state == StageState::Done) {
+        assert_eq!(
+            after.stages[s.stage - 1].state,
+            StageState::Done,
+            "stage {} stays done",
+            s.stage
+        );
+    }
+    assert_eq!(
+        agent.count(EventKind::PodEvicted),
+        before_evictions(&before),
+        "nothing evicted twice"
+    );
+    agent.stop().await;
+}
+
+/// Pods the status shows gone: each was evicted once.
+fn before_evictions(st: &maintd::drain::progress::DrainStatus) -> usize {
+    st.stages
+        .iter()
+        .flat_map(|s| &s.pods)
+        .filter(|p| p.state == maintd::drain::progress::PodState::Gone)
+        .count()
+}

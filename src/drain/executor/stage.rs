@@ -255,6 +255,15 @@ impl Drainer {
                 ev.pod = Some(pod.name.clone());
                 ev.message = format!("deleting {}/{}: {e}", pod.namespace, pod.name);
                 self.progress.emit(ev);
+                // It still holds the stage until the share is over: say why.
+                self.set_pod(
+                    &pod.uid,
+                    PodState::Blocked,
+                    Some(format!(
+                        "deleting it to fit the shutdown budget failed: {e}"
+                    )),
+                );
+                self.refresh_blockers();
                 false
             }
         }
