@@ -7,76 +7,17 @@ mod common;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use common::agent::RunningAgent;
+
 use common::*;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, WatchEvent, WatchParams};
-use maintd::agent::Agent;
-use maintd::config::Config;
 use maintd::drain::plan::{self, PlanOptions, PodInfo, PodType};
-use maintd::drain::progress::{DrainEvent, EventKind, Phase, Progress};
+use maintd::drain::progress::{EventKind, Phase};
 use maintd::sim::SimCluster;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
-
-struct RunningAgent {
-    progress: Progress,
-    events: Arc<Mutex<Vec<DrainEvent>>>,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl RunningAgent {
-    fn start(sim: &SimCluster, node: &str, static_dir: Option<std::path::PathBuf>) -> RunningAgent {
-        let dir = static_dir
-            .or_else(|| sim.static_pod_dir(node))
-            .unwrap_or_else(|| "/nonexistent/manifests".into());
-        let agent = Agent::new(Config::for_node(node, dir), sim.client_with(false));
-        let progress = agent.progress().clone();
-        let events: Arc<Mutex<Vec<DrainEvent>>> = Arc::default();
-        let mut rx = progress.subscribe();
-        let sink = events.clone();
-        tokio::spawn(async move {
-            while let Ok(ev) = rx.recv().await {
-                sink.lock().unwrap().push(ev);
-            }
-        });
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(agent.run(stop.clone()));
-        RunningAgent {
-            progress,
-            events,
-            stop,
-            task,
-        }
-    }
-
-    async fn wait_for(&self, what: &str, check: impl Fn(&[DrainEvent]) -> bool) {
-        let events = self.events.clone();
-        eventually(what, || {
-            let ok = check(&events.lock().unwrap());
-            async move { ok }
-        })
-        .await;
-    }
-
-    async fn wait_event(&self, kind: EventKind) {
-        self.wait_for(&format!("{kind:?}"), |evs| {
-            evs.iter().any(|e| e.event == kind)
-        })
-        .await;
-    }
-
-    fn events(&self) -> Vec<DrainEvent> {
-        self.events.lock().unwrap().clone()
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        let _ = self.task.await;
-    }
-}
 
 /// The plan the agent will run, from the pods on the node now.
 async fn plan_now(sim: &SimCluster, node: &str) -> plan::DrainPlan {
@@ -396,12 +337,24 @@ async fn malformed_pods_and_a_missing_manifest_dir_are_reported_and_the_rest_dra
             })
         })
         .await;
+    // It does not stall in silence: the mirror pod is a named blocker that
+    // says where its manifest was looked for, and the drain is Blocked.
+    let progress = agent.progress.clone();
+    eventually("the static pod is a named blocker", || {
+        let st = progress.status();
+        async move {
+            st.phase == Phase::Blocked
+                && st.blockers.iter().any(|b| {
+                    b.namespace == "kube-system"
+                        && b.pod == "node-proxy-node-a"
+                        && b.reason.contains(
+                            "no manifest for this mirror pod in /nonexistent/maintd-test/manifests",
+                        )
+                })
+        }
+    })
+    .await;
     let st = agent.progress.status();
-    assert_ne!(
-        st.phase,
-        Phase::Drained,
-        "a static pod that cannot be stashed keeps the drain from completing"
-    );
     assert!(
         st.warnings.iter().any(|w| w.contains("bad-priority")),
         "{:?}",

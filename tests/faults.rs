@@ -66,6 +66,14 @@ async fn fault_sim() -> SimCluster {
 /// logind whose delay budget that is. `before` runs after the cluster is
 /// up and before the agent starts (to inject a fault from the start).
 async fn setup(budget: Option<Duration>, before: impl FnOnce(&SimCluster)) -> Setup {
+    setup_with(budget, before, short_bounds()).await
+}
+
+async fn setup_with(
+    budget: Option<Duration>,
+    before: impl FnOnce(&SimCluster),
+    api: ApiSettings,
+) -> Setup {
     let sim = fault_sim().await;
     let (bus, logind) = match budget {
         Some(b) => {
@@ -83,7 +91,7 @@ async fn setup(budget: Option<Duration>, before: impl FnOnce(&SimCluster)) -> Se
         None => (None, None),
     };
     let mut config = Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap());
-    config.api = short_bounds();
+    config.api = api;
     let readonly = free_port();
     config.listen = Some(readonly);
     if let Some(bus) = &bus {
@@ -483,6 +491,46 @@ async fn a_shutdown_is_acted_on_while_an_undo_waits_on_a_slow_api_server() {
             .iter()
             .all(|e| e.event != EventKind::UndoCompleted),
         "the shutdown was taken in while the undo was still failing"
+    );
+    s.sim.state.faults.clear();
+    s.stop.cancel();
+}
+
+/// A single control-plane node: stopping its own static pods stops the API
+/// server, so their mirror pods can never be seen to go. The static stage
+/// ends on the move of the manifests and their grace period instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_static_pods_take_the_api_server_with_them_their_grace_ends_the_drain() {
+    let api = ApiSettings {
+        // Long enough that only the static stage's own end can release
+        // the lock within the test's bound.
+        unreachable_release: Duration::from_secs(25),
+        ..short_bounds()
+    };
+    let s = setup_with(Some(Duration::from_secs(60)), |_| {}, api).await;
+    s.lock_held().await;
+    s.ready().await;
+    let dir = s.sim.static_pod_dir("node-a").unwrap();
+    s.logind().reboot().await;
+    // The moment the static pod's manifest leaves the kubelet's directory,
+    // the API server goes with it.
+    let d = dir.clone();
+    eventually("the static pod's manifest is moved", || {
+        let moved = dir_files(&d).is_empty();
+        async move { moved }
+    })
+    .await;
+    s.sim.state.faults.black_hole(true);
+    let record = tokio::time::timeout(Duration::from_secs(20), s.logind().wait_for_shutdowns(1))
+        .await
+        .expect("the reboot goes ahead once the static pods had their grace")[0]
+        .clone();
+    assert!(!record.timed_out, "{record:?}");
+    let released = s.wait_event(EventKind::ShutdownReleased).await;
+    assert!(
+        released.message.contains("drained"),
+        "released because the static stage ended, not on the API bound: {}",
+        released.message
     );
     s.sim.state.faults.clear();
     s.stop.cancel();

@@ -5,21 +5,28 @@
 //! the lock again and undoes the drain.
 
 mod common;
+#[path = "logind/support.rs"]
+#[allow(dead_code)]
+mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use maintd::agent::Agent;
 use maintd::config::{Config, ShutdownSettings};
+use maintd::drain::budget;
 use maintd::drain::progress::{DrainEvent, EventKind};
+use maintd::logind::{BusAddress, Logind};
 use maintd::sim::SimCluster;
 use maintd::sim::dbus::PrivateBus;
 use maintd::sim::logind::{SimLogind, SimLogindConfig};
 use serde_json::json;
+use support::DbusMock;
 use tokio_util::sync::CancellationToken;
+use zbus::zvariant::Value;
 
 struct Setup {
     _bus: PrivateBus,
@@ -45,6 +52,32 @@ async fn setup_with(budget: Duration, margin: Duration, sleep: bool) -> Setup {
     .await
     .unwrap();
     let sim = scenario("small.yaml").await;
+    let (events, stop) = start_agent(&sim, &bus, margin, sleep);
+    let l = logind.clone();
+    eventually("maintd holds its lock", || {
+        let held = l
+            .inhibitors()
+            .iter()
+            .any(|i| i.who == "maintd" && i.mode == "delay" && i.what.contains("shutdown"));
+        async move { held }
+    })
+    .await;
+    Setup {
+        _bus: bus,
+        logind,
+        sim,
+        events,
+        stop,
+    }
+}
+
+/// The agent on node-a, holding its lock on `bus`; its events collected.
+fn start_agent(
+    sim: &SimCluster,
+    bus: &PrivateBus,
+    margin: Duration,
+    sleep: bool,
+) -> (Arc<Mutex<Vec<DrainEvent>>>, CancellationToken) {
     let mut config = Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap());
     config.shutdown = Some(ShutdownSettings {
         sleep,
@@ -62,22 +95,7 @@ async fn setup_with(budget: Duration, margin: Duration, sleep: bool) -> Setup {
     });
     let stop = CancellationToken::new();
     tokio::spawn(agent.run(stop.clone()));
-    let l = logind.clone();
-    eventually("maintd holds its lock", || {
-        let held = l
-            .inhibitors()
-            .iter()
-            .any(|i| i.who == "maintd" && i.mode == "delay" && i.what.contains("shutdown"));
-        async move { held }
-    })
-    .await;
-    Setup {
-        _bus: bus,
-        logind,
-        sim,
-        events,
-        stop,
-    }
+    (events, stop)
 }
 
 /// Waits until the agent's event stream has caught up with `kind`: logind
@@ -300,4 +318,168 @@ async fn a_suspend_drains_then_lets_go_and_the_resume_undoes_the_drain() {
     })
     .await;
     s.stop.cancel();
+}
+
+/// A pod no eviction moves (its budget never allows a disruption), first in
+/// the plan, that uses all of its 30 s grace period once deleted.
+async fn add_guarded(sim: &SimCluster) {
+    let pdb = json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "guarded", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "guarded"}}, "maxUnavailable": 0},
+    });
+    let (code, body) = raw(
+        sim,
+        "POST",
+        "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+        "application/json",
+        serde_json::to_vec(&pdb).unwrap(),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let mut pod = pod_json("default", "guarded", "node-a", json!({"app": "guarded"}));
+    pod["metadata"]["annotations"] = json!({"sim.maintd.io/shutdown-seconds": "600"});
+    pod["spec"]["priority"] = json!(-10);
+    pod["spec"]["terminationGracePeriodSeconds"] = json!(30);
+    post_pod(sim, &pod).await;
+    sim.wait_settled(Duration::from_secs(30)).await.unwrap();
+}
+
+/// The grace period the guarded pod's deletion asked for, as the API shows
+/// it while the pod terminates.
+async fn guarded_deletion_grace(sim: &SimCluster) -> i64 {
+    let pods: Api<Pod> = Api::namespaced(sim.client(), "default");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while tokio::time::Instant::now() < deadline {
+        let pod = pods.get_opt("guarded").await.expect("get the guarded pod");
+        let pod = pod.expect("the guarded pod is seen terminating before it goes");
+        if let Some(g) = pod.metadata.deletion_grace_period_seconds {
+            return g;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the guarded pod was never deleted");
+}
+
+/// The grace the guarded pod's stage leads to: half its share of the drain
+/// time `total` (six stages, each needing 30 s), by the plan's own rule.
+fn planned_grace(total: Duration) -> i64 {
+    let needs = vec![budget::StageNeed { seconds: 30.0 }; 6];
+    budget::escalation(budget::split_budget(total, &needs)[0], 30).grace_seconds
+}
+
+/// Checks the drain's events: the guarded pod was deleted (escalated), was
+/// gone before the next stage started, and the node was drained in time.
+fn assert_escalated_then_gone(evs: &[DrainEvent]) {
+    let guarded = |kind: EventKind| {
+        evs.iter()
+            .position(|e| e.event == kind && e.pod.as_deref() == Some("guarded"))
+    };
+    let escalated = guarded(EventKind::StageEscalated).expect("the guarded pod was deleted");
+    let gone = guarded(EventKind::PodGone).expect("the guarded pod went");
+    let next = evs
+        .iter()
+        .position(|e| e.event == EventKind::StageStarted && e.stage == Some(2))
+        .expect("the next stage started");
+    assert!(
+        escalated < gone && gone < next,
+        "deleted, gone, then the next stage"
+    );
+    assert!(position(evs, EventKind::DrainCompleted).is_some());
+    assert!(position(evs, EventKind::DrainFailed).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_cannot_be_evicted_is_deleted_with_a_grace_that_fits_its_stage() {
+    let (budget_s, margin_s) = (40, 1);
+    let s = setup(Duration::from_secs(budget_s), Duration::from_secs(margin_s)).await;
+    add_guarded(&s.sim).await;
+    let plan = maintd::drain::plan::build_plan(
+        &pods_on(&s.sim.client(), "node-a")
+            .await
+            .iter()
+            .map(|p| maintd::drain::plan::PodInfo::from_json(&serde_json::to_value(p).unwrap()))
+            .collect::<Vec<_>>(),
+        None,
+        &Default::default(),
+    );
+    assert_eq!(
+        plan.stages.len(),
+        6,
+        "the guarded pod's stage comes first of six"
+    );
+    s.logind.reboot().await;
+    let grace = guarded_deletion_grace(&s.sim).await;
+    // At most half of what its stage could have had; at least half of what
+    // it has with a few seconds lost before the drain began. The old rule
+    // (what is left of the share when it is over) gave 0 or 1.
+    let total = Duration::from_secs(budget_s - margin_s);
+    let (lo, hi) = (
+        planned_grace(total - Duration::from_secs(5)),
+        planned_grace(total),
+    );
+    assert!(lo >= 2, "the test's budget leaves room for a real grace");
+    assert!(
+        (lo..=hi).contains(&grace),
+        "deleted with a {grace}s grace period, want {lo}..={hi}"
+    );
+    let record = tokio::time::timeout(Duration::from_secs(60), s.logind.wait_for_shutdowns(1))
+        .await
+        .expect("the reboot proceeds")[0]
+        .clone();
+    assert!(
+        !record.timed_out,
+        "released before logind's limit: {record:?}"
+    );
+    assert!(record.delayed < Duration::from_secs(budget_s));
+    assert_escalated_then_gone(&wait_event(&s.events, EventKind::ShutdownReleased).await);
+    s.stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_cannot_be_evicted_is_deleted_with_a_grace_under_dbusmock_logind() {
+    let bus = PrivateBus::start().expect("dbus-daemon starts");
+    let mock = DbusMock::start(&bus, true).await;
+    mock.add_property("InhibitDelayMaxUSec", Value::U64(40_000_000))
+        .await;
+    // The template's Reboot does nothing; make it announce the shutdown.
+    mock.add_method(
+        "Reboot",
+        "b",
+        "",
+        "self.EmitSignal('org.freedesktop.login1.Manager', 'PrepareForShutdown', 'b', [True])",
+    )
+    .await;
+    let sim = scenario("small.yaml").await;
+    add_guarded(&sim).await;
+    let (events, stop) = start_agent(&sim, &bus, Duration::from_secs(1), false);
+    let logind = Logind::connect(&BusAddress::Address(bus.address.clone()))
+        .await
+        .expect("connect to the private bus");
+    let maintd_locks = || async {
+        let list = logind.list_inhibitors().await.expect("ListInhibitors");
+        list.iter().filter(|i| i.who == "maintd").count()
+    };
+    eventually("maintd holds its lock", || async {
+        maintd_locks().await == 1
+    })
+    .await;
+    logind.reboot().await.expect("Reboot");
+    let grace = guarded_deletion_grace(&sim).await;
+    let total = Duration::from_secs(39);
+    let (lo, hi) = (
+        planned_grace(total - Duration::from_secs(5)),
+        planned_grace(total),
+    );
+    assert!(
+        (lo..=hi).contains(&grace),
+        "deleted with a {grace}s grace period, want {lo}..={hi}"
+    );
+    let evs = wait_event(&events, EventKind::ShutdownReleased).await;
+    eventually("dbusmock dropped maintd's lock", || async {
+        maintd_locks().await == 0
+    })
+    .await;
+    assert_escalated_then_gone(&evs);
+    stop.cancel();
 }

@@ -61,6 +61,7 @@ impl Agent {
                 stash,
                 progress: Progress::new(&config.node),
                 taint: TaintSpec::draining(),
+                memory: Default::default(),
             },
             node: Index::new(),
             local: LocalRequests::new(),

@@ -84,6 +84,22 @@ impl Agent {
     }
 }
 
+/// When a file was moved into the stash: its inode's change time (a rename
+/// sets it), as an Instant of this process.
+fn moved_at(path: &std::path::Path) -> Option<Instant> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    let changed = std::time::UNIX_EPOCH
+        + Duration::new(
+            u64::try_from(meta.ctime()).ok()?,
+            u32::try_from(meta.ctime_nsec()).ok()?,
+        );
+    let ago = std::time::SystemTime::now()
+        .duration_since(changed)
+        .unwrap_or(Duration::ZERO);
+    Instant::now().checked_sub(ago)
+}
+
 /// With no answer from the API server for this long during a shutdown,
 /// the agent asks it directly (a GET of its Node), at most this often.
 const PROBE_AFTER: Duration = Duration::from_secs(5);
@@ -159,6 +175,7 @@ impl Reconciler {
         });
         [
             Some(active.deadline),
+            self.drained_at().filter(|t| *t > now),
             self.offline.as_ref().map(|o| o.release_at),
             unreachable_at,
             probe_at,
@@ -177,17 +194,50 @@ impl Reconciler {
     }
 
     /// Whether the running drain has nothing left to wait for, judged from
-    /// the pods the agent sees now (not from an event that could be lost).
+    /// the pods the agent sees now and the stash on disk (not from an event
+    /// that could be lost): every pod of the plan is gone, or what is left
+    /// are static pods whose manifests were moved out at least their grace
+    /// period ago (the kubelet has stopped them; on a single control-plane
+    /// node their mirror pods can no longer vanish, the API server being
+    /// one of them); or the drain did all it could (Failed).
     fn drained_for_shutdown(&self) -> bool {
+        self.drained_at().is_some_and(|t| t <= Instant::now())
+    }
+
+    /// When the running drain has nothing left to wait for (see
+    /// [`Self::drained_for_shutdown`]), if that is known now.
+    fn drained_at(&self) -> Option<Instant> {
         let agent = &self.agent;
-        let Some(running) = &self.running else {
-            return false;
-        };
+        let running = self.running.as_ref()?;
         if !agent.drainer.pods.synced() {
-            return false;
+            return None;
+        }
+        if agent.progress().status().phase == crate::drain::progress::Phase::Failed {
+            return Some(Instant::now());
         }
         let plan = agent.drainer.plan(&agent.options(&running.desired));
-        plan.stages.iter().all(|s| s.pods.is_empty())
+        let left: Vec<_> = plan.stages.iter().flat_map(|s| &s.pods).collect();
+        if left.is_empty() {
+            return Some(Instant::now());
+        }
+        if left
+            .iter()
+            .any(|p| p.pod_type != crate::drain::plan::PodType::Static)
+        {
+            return None;
+        }
+        let stash = agent.drainer.stash.as_ref()?;
+        let stashed = stash.stashed_manifests().ok()?;
+        let mut done = Instant::now();
+        for pod in left {
+            let m = stashed
+                .iter()
+                .find(|m| crate::drain::executor::is_manifest_of(m, pod, &agent.config.node))?;
+            let moved = moved_at(&stash.stash_dir.join(&m.file))?;
+            let grace = Duration::from_secs(pod.grace_seconds.max(0).unsigned_abs());
+            done = done.max(moved + grace);
+        }
+        Some(done)
     }
 
     /// Stops the static pods from their manifests (the kubelet gives them

@@ -2,9 +2,11 @@
 //!
 //! On shutdown, logind waits for delay inhibitors at most
 //! `InhibitDelayMaxUSec`; the drain must fit in that (minus a safety margin,
-//! which the caller subtracts). Each stage gets a share of the budget; a stage
-//! that overruns its share is escalated to deletions with the grace period
-//! [`escalation_grace`] gives, the way the kubelet shuts pods down by priority.
+//! which the caller subtracts). Each stage gets a share of the budget; a pod
+//! of a stage that has not left in time is deleted by [`escalation`]'s
+//! schedule (Karpenter's rule: at the share's end minus its grace period) with
+//! the grace [`deletion_grace`] gives, so it still gets a SIGTERM window and
+//! leaves before the next stage starts ([`stage_gives_up_at`]).
 //!
 //! Rules of [`split_budget`]:
 //! - the shares never sum to more than the budget (the rounding remainder, a
@@ -85,17 +87,51 @@ pub fn split_budget(total: Duration, needs: &[StageNeed]) -> Vec<Duration> {
     shares.into_iter().map(duration_from_nanos).collect()
 }
 
-/// The grace period, in whole seconds, for deleting the pods of a stage that
-/// overran: what is left of its share, rounded down so the deletion fits,
-/// but at least 1 s (0 would force-kill); 0 only when nothing is left.
-pub fn escalation_grace(remaining_share: Duration) -> i64 {
-    if remaining_share.is_zero() {
-        0
-    } else {
-        i64::try_from(remaining_share.as_secs())
-            .unwrap_or(i64::MAX)
-            .max(1)
+/// When a pod still on the node is deleted so that it leaves within its
+/// stage's share, and the grace period it is planned to get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Escalation {
+    /// From the start of the stage: when the deletion is sent.
+    pub at: Duration,
+    /// The grace period planned for the deletion, whole seconds.
+    pub grace_seconds: i64,
+}
+
+/// Karpenter's rule for a termination deadline: a pod gets
+/// `min(terminationGracePeriodSeconds, share / 2)` (whole seconds, at least
+/// 1 s so it still gets a SIGTERM window) and is deleted that long before
+/// its stage's share ends; never before the stage starts.
+pub fn escalation(share: Duration, termination_grace_seconds: i64) -> Escalation {
+    let half = share / 2;
+    let own = Duration::from_secs(u64::try_from(termination_grace_seconds).unwrap_or(0));
+    let grace = own.min(half).as_secs().max(1);
+    Escalation {
+        at: share.saturating_sub(Duration::from_secs(grace)),
+        grace_seconds: i64::try_from(grace).unwrap_or(i64::MAX),
     }
+}
+
+/// The grace period, whole seconds, a deletion sent now asks for: the
+/// planned grace clamped to what is left of the stage's share (rounded
+/// down, so the pod is gone when the share ends), but at least 1 s while
+/// anything of the shutdown budget is left; 0 (a kill) only when nothing is.
+pub fn deletion_grace(planned_seconds: i64, share_left: Duration, budget_left: Duration) -> i64 {
+    if budget_left.is_zero() {
+        return 0;
+    }
+    let left = i64::try_from(share_left.as_secs()).unwrap_or(i64::MAX);
+    planned_seconds.min(left).max(1)
+}
+
+/// When a stage under a shutdown budget stops waiting, from its start: at
+/// the end of its share, or once the last pod it deleted has had its grace
+/// period (which the 1 s minimum can stretch slightly past the share).
+/// `deletions` are (sent at, grace seconds) pairs.
+pub fn stage_gives_up_at(share: Duration, deletions: &[(Duration, i64)]) -> Duration {
+    deletions
+        .iter()
+        .map(|(at, grace)| *at + Duration::from_secs(u64::try_from(*grace).unwrap_or(0)))
+        .fold(share, Duration::max)
 }
 
 fn duration_from_nanos(ns: u128) -> Duration {
@@ -294,19 +330,196 @@ mod tests {
         assert_eq!(shares, [secs(19.0), secs(1.0), secs(10.0)]);
     }
 
+    fn ms(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
     #[test]
-    fn escalation_grace_table() {
-        let cases = [
-            (Duration::ZERO, 0),
-            (Duration::from_nanos(1), 1),
-            (Duration::from_millis(999), 1),
-            (Duration::from_millis(1500), 1),
-            (Duration::from_millis(2999), 2),
-            (Duration::from_secs(45), 45),
-            (Duration::MAX, i64::MAX),
+    fn escalation_table() {
+        // (share, terminationGracePeriodSeconds) → (delete at, grace)
+        let cases: &[(&str, Duration, i64, Duration, i64)] = &[
+            (
+                "grace fits in half the share",
+                secs(60.0),
+                30,
+                secs(30.0),
+                30,
+            ),
+            (
+                "grace cut to half the share",
+                secs(20.0),
+                30,
+                secs(10.0),
+                10,
+            ),
+            ("short grace: deleted late", secs(60.0), 5, secs(55.0), 5),
+            (
+                "odd share rounds the grace down",
+                secs(7.0),
+                30,
+                secs(4.0),
+                3,
+            ),
+            ("sub-second half share: 1 s", secs(1.5), 30, ms(500), 1),
+            ("share of the 1 s floor", secs(1.0), 30, Duration::ZERO, 1),
+            (
+                "share shorter than 1 s: at the start",
+                ms(300),
+                30,
+                Duration::ZERO,
+                1,
+            ),
+            (
+                "grace 0 in the spec still gets 1 s",
+                secs(10.0),
+                0,
+                secs(9.0),
+                1,
+            ),
+            ("negative grace counts as 0", secs(10.0), -5, secs(9.0), 1),
+            ("zero share", Duration::ZERO, 30, Duration::ZERO, 1),
+            (
+                "long share, long grace",
+                secs(600.0),
+                3600,
+                secs(300.0),
+                300,
+            ),
+            ("huge grace", secs(90.0), i64::MAX, secs(45.0), 45),
+            ("fractional share", ms(12_345), 3600, ms(6_345), 6),
+            ("grace equal to half", secs(8.0), 4, secs(4.0), 4),
+            ("grace just under half", secs(8.0), 3, secs(5.0), 3),
         ];
-        for (share, want) in cases {
-            assert_eq!(escalation_grace(share), want, "share {share:?}");
+        let mut failures = Vec::new();
+        for (name, share, grace, at, want) in cases {
+            let got = escalation(*share, *grace);
+            let expected = Escalation {
+                at: *at,
+                grace_seconds: *want,
+            };
+            if got != expected {
+                failures.push(format!("{name}: got {got:?}, want {expected:?}"));
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn escalation_fits_the_share_and_always_leaves_a_sigterm_window() {
+        for share_ms in [
+            0, 1, 999, 1_000, 1_001, 1_999, 2_000, 2_500, 7_777, 30_000, 600_000,
+        ] {
+            for grace in [-1, 0, 1, 2, 3, 10, 29, 30, 31, 300, i64::MAX] {
+                let share = ms(share_ms);
+                let e = escalation(share, grace);
+                assert!(e.grace_seconds >= 1, "{share:?} {grace}: {e:?}");
+                assert!(e.at <= share, "{share:?} {grace}: {e:?}");
+                assert!(
+                    e.grace_seconds <= grace.max(1),
+                    "never more than the pod asks for: {share:?} {grace}: {e:?}"
+                );
+                if share >= secs(2.0) {
+                    // Deleted then, with that grace, the pod is gone by the
+                    // share's end, and got at most half of it.
+                    let end = e.at + Duration::from_secs(e.grace_seconds as u64);
+                    assert!(end <= share, "{share:?} {grace}: {e:?}");
+                    assert!(
+                        Duration::from_secs(e.grace_seconds as u64) <= share / 2,
+                        "{share:?} {grace}: {e:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn deletion_grace_table() {
+        // (planned, share left, budget left) → grace sent
+        let cases: &[(&str, i64, Duration, Duration, i64)] = &[
+            ("on time: the planned grace", 10, secs(10.0), secs(30.0), 10),
+            (
+                "late: clamped to the share left",
+                10,
+                secs(4.5),
+                secs(30.0),
+                4,
+            ),
+            (
+                "share over, budget left: 1 s",
+                10,
+                Duration::ZERO,
+                secs(5.0),
+                1,
+            ),
+            ("less than 1 s of share: 1 s", 10, ms(400), ms(400), 1),
+            ("budget spent: kill", 10, secs(3.0), Duration::ZERO, 0),
+            (
+                "nothing left at all: kill",
+                10,
+                Duration::ZERO,
+                Duration::ZERO,
+                0,
+            ),
+            (
+                "a nanosecond of budget: 1 s",
+                10,
+                Duration::ZERO,
+                Duration::from_nanos(1),
+                1,
+            ),
+            (
+                "early: never more than planned",
+                3,
+                secs(60.0),
+                secs(60.0),
+                3,
+            ),
+            ("planned 1 s", 1, secs(20.0), secs(20.0), 1),
+            ("huge share left", 45, Duration::MAX, Duration::MAX, 45),
+        ];
+        let mut failures = Vec::new();
+        for (name, planned, share_left, budget_left, want) in cases {
+            let got = deletion_grace(*planned, *share_left, *budget_left);
+            if got != *want {
+                failures.push(format!("{name}: got {got}, want {want}"));
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn a_stage_gives_up_at_its_share_end_or_once_the_last_grace_ran_out() {
+        /// (sent at, grace seconds) of each deletion.
+        type Deletions<'a> = &'a [(Duration, i64)];
+        let cases: &[(&str, Duration, Deletions<'_>, Duration)] = &[
+            ("nothing deleted", secs(10.0), &[], secs(10.0)),
+            (
+                "graces end inside the share",
+                secs(10.0),
+                &[(secs(5.0), 5), (secs(8.0), 2)],
+                secs(10.0),
+            ),
+            (
+                "the 1 s minimum stretches it",
+                secs(1.0),
+                &[(ms(500), 1)],
+                ms(1_500),
+            ),
+            (
+                "a late deletion",
+                secs(10.0),
+                &[(secs(10.0), 1)],
+                secs(11.0),
+            ),
+            (
+                "a kill adds nothing",
+                secs(4.0),
+                &[(secs(4.0), 0)],
+                secs(4.0),
+            ),
+        ];
+        for (name, share, deletions, want) in cases {
+            assert_eq!(stage_gives_up_at(*share, deletions), *want, "{name}");
         }
     }
 }

@@ -128,39 +128,13 @@ impl StaticPodStash {
         if !self.manifest_dir.is_dir() {
             return Err(StashError::ManifestDirMissing(self.manifest_dir.clone()));
         }
-        let mut out = Vec::new();
-        for file in list_files(&self.manifest_dir)? {
-            let path = self.manifest_dir.join(&file);
-            let parsed = fs::read_to_string(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|t| serde_saphyr::from_str::<Value>(&t).map_err(|e| e.to_string()));
-            out.push(match parsed {
-                Ok(v) => Manifest {
-                    file,
-                    pod_name: v["metadata"]["name"].as_str().map(str::to_string),
-                    namespace: Some(
-                        v["metadata"]["namespace"]
-                            .as_str()
-                            .unwrap_or("default")
-                            .to_string(),
-                    ),
-                    grace_seconds: v["spec"]["terminationGracePeriodSeconds"]
-                        .as_i64()
-                        .filter(|g| *g >= 0)
-                        .unwrap_or(DEFAULT_GRACE_SECONDS),
-                    error: (!v["metadata"]["name"].is_string())
-                        .then(|| "the manifest has no metadata.name".to_string()),
-                },
-                Err(e) => Manifest {
-                    file,
-                    pod_name: None,
-                    namespace: None,
-                    grace_seconds: DEFAULT_GRACE_SECONDS,
-                    error: Some(e),
-                },
-            });
-        }
-        Ok(out)
+        read_manifests(&self.manifest_dir, list_files(&self.manifest_dir)?)
+    }
+
+    /// The manifests moved into the stash (a drain resumed after they were
+    /// moved finds its static pods there); empty when there is no stash.
+    pub fn stashed_manifests(&self) -> Result<Vec<Manifest>, StashError> {
+        read_manifests(&self.stash_dir, self.stashed()?)
     }
 
     /// What is in the stash now.
@@ -320,6 +294,43 @@ impl StaticPodStash {
         self.clear_journal()?;
         Ok(report)
     }
+}
+
+/// Reads `files` of `dir` as pod manifests; one that cannot be read says why.
+fn read_manifests(dir: &Path, files: Vec<String>) -> Result<Vec<Manifest>, StashError> {
+    let mut out = Vec::new();
+    for file in files {
+        let path = dir.join(&file);
+        let parsed = fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| serde_saphyr::from_str::<Value>(&t).map_err(|e| e.to_string()));
+        out.push(match parsed {
+            Ok(v) => Manifest {
+                file,
+                pod_name: v["metadata"]["name"].as_str().map(str::to_string),
+                namespace: Some(
+                    v["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or("default")
+                        .to_string(),
+                ),
+                grace_seconds: v["spec"]["terminationGracePeriodSeconds"]
+                    .as_i64()
+                    .filter(|g| *g >= 0)
+                    .unwrap_or(DEFAULT_GRACE_SECONDS),
+                error: (!v["metadata"]["name"].is_string())
+                    .then(|| "the manifest has no metadata.name".to_string()),
+            },
+            Err(e) => Manifest {
+                file,
+                pod_name: None,
+                namespace: None,
+                grace_seconds: DEFAULT_GRACE_SECONDS,
+                error: Some(e),
+            },
+        });
+    }
+    Ok(out)
 }
 
 fn list_files(dir: &Path) -> Result<Vec<String>, StashError> {

@@ -2,8 +2,10 @@
 //! object builders.
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod endpoint;
 pub mod kubectl;
+pub mod slow_proxy;
 
 use std::time::Duration;
 

@@ -1,0 +1,307 @@
+//! One pod of a stage: evicted (429s retried and reported by name), then
+//! waited for until it is gone; a pod that stays past its grace period, or
+//! a static pod whose manifest could not be moved, is named as a blocker.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::Drainer;
+use crate::cluster::EvictionOutcome;
+use crate::drain::plan::{PlannedPod, PodAction, PodType};
+use crate::drain::progress::{DrainEvent, EventKind, PodState};
+use crate::index::Backoff;
+
+/// A kubelet reports a stopped pod a moment after its grace period ends;
+/// this long after, the pod is stuck rather than slow.
+const OVERDUE_AFTER_GRACE: Duration = Duration::from_secs(5);
+
+impl Drainer {
+    /// Evicts one pod and waits for it to be gone, retrying refusals.
+    /// `stop_evicting` ends the evictions (the pod was deleted instead) but
+    /// not the wait; `cancel` ends both, and once it is seen nothing more is
+    /// sent. `unstashed` says why a static pod's manifest could not be moved.
+    pub(super) async fn drain_pod(
+        &self,
+        number: usize,
+        pod: PlannedPod,
+        sem: Arc<Semaphore>,
+        cancel: CancellationToken,
+        stop_evicting: CancellationToken,
+        unstashed: Option<String>,
+    ) {
+        let p = &self.progress;
+        let event = |kind: EventKind, message: String| pod_event(p, number, &pod, kind, message);
+        let started = Instant::now();
+        if pod.pod_type == PodType::Static {
+            match unstashed {
+                Some(why) => {
+                    self.set_pod(&pod.uid, PodState::Blocked, Some(why));
+                    self.refresh_blockers();
+                }
+                None => self.set_pod(&pod.uid, PodState::Terminating, None),
+            }
+        } else if pod.action == PodAction::WaitTerminating {
+            self.set_pod(&pod.uid, PodState::Terminating, None);
+        } else {
+            let mut backoff = Backoff::with(250, 3_000);
+            let mut last_blocker: Option<String> = None;
+            loop {
+                if !self.pods.contains(&pod.uid) || stop_evicting.is_cancelled() {
+                    break;
+                }
+                let permit = tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return,
+                    _ = stop_evicting.cancelled() => break,
+                    permit = sem.acquire() => permit,
+                };
+                // The permit can come long after the drain was cancelled or
+                // the pod deleted: check again, right before sending.
+                if cancel.is_cancelled() {
+                    return;
+                }
+                if stop_evicting.is_cancelled() || !self.pods.contains(&pod.uid) {
+                    break;
+                }
+                p.emit(event(EventKind::PodEvicting, String::new()));
+                let outcome = self
+                    .ops
+                    .evict(&pod.namespace, &pod.name, &pod.uid, None)
+                    .await;
+                drop(permit);
+                let (blocker, kind) = match outcome {
+                    EvictionOutcome::Evicted => {
+                        self.set_pod(&pod.uid, PodState::Terminating, None);
+                        p.emit(event(EventKind::PodEvicted, String::new()));
+                        break;
+                    }
+                    EvictionOutcome::Gone => break,
+                    EvictionOutcome::Blocked { blocker } => (blocker, EventKind::PodBlocked),
+                    EvictionOutcome::MultipleBudgets { message } => {
+                        (message, EventKind::PodBlocked)
+                    }
+                    EvictionOutcome::Forbidden { message } => {
+                        (format!("forbidden: {message}"), EventKind::PodError)
+                    }
+                    EvictionOutcome::Failed { message } => (message, EventKind::PodError),
+                };
+                self.set_pod(&pod.uid, PodState::Blocked, Some(blocker.clone()));
+                self.refresh_blockers();
+                if last_blocker.as_deref() != Some(blocker.as_str()) {
+                    p.emit(event(kind, blocker.clone()));
+                    last_blocker = Some(blocker);
+                }
+                let wait = backoff.next_delay();
+                let pods = self.pods.clone();
+                let uid = pod.uid.clone();
+                let budget_allows =
+                    self.budget_allows(&pod.namespace, last_blocker.as_deref().unwrap_or(""));
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return,
+                    _ = stop_evicting.cancelled() => break,
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = budget_allows => {}
+                    _ = pods.wait_until(move |i| !i.contains(&uid)) => {}
+                }
+            }
+        }
+        if !self.wait_gone(&pod, started, &cancel).await {
+            return;
+        }
+        self.set_pod(&pod.uid, PodState::Gone, None);
+        self.refresh_blockers();
+        p.emit(event(EventKind::PodGone, String::new()));
+    }
+
+    /// Resolves once a budget in `namespace` (the one the 429 named, if it
+    /// did) allows a disruption again — a replacement became ready — which
+    /// is worth an early retry.
+    fn budget_allows(&self, namespace: &str, blocker: &str) -> impl Future<Output = ()> + use<> {
+        let budgets = self.budgets.clone();
+        let ns = namespace.to_string();
+        let named = blocking_budget(blocker).map(str::to_string);
+        // Only a change after this 429 counts: the budget's status may
+        // still show the disruption that was just used up.
+        let mut changes = budgets.changes();
+        changes.mark_unchanged();
+        async move {
+            loop {
+                if changes.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
+                let allows = budgets.all().iter().any(|b| {
+                    b["metadata"]["namespace"] == ns.as_str()
+                        && named.as_deref().is_none_or(|n| b["metadata"]["name"] == n)
+                        && b["status"]["disruptionsAllowed"].as_i64().unwrap_or(0) > 0
+                });
+                if allows {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Waits until the pod is gone; false if cancelled first. A pod still
+    /// there well past its grace period is named as a blocker, with what
+    /// holds it, while the wait goes on.
+    async fn wait_gone(
+        &self,
+        pod: &PlannedPod,
+        since: Instant,
+        cancel: &CancellationToken,
+    ) -> bool {
+        let mut changes = self.pods.changes();
+        let mut flagged = false;
+        loop {
+            let Some(obj) = self.pods.get(&pod.uid) else {
+                return true;
+            };
+            let overdue_at = if flagged {
+                None
+            } else {
+                self.overdue_at(pod, &obj, since)
+            };
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return false,
+                r = changes.changed() => {
+                    if r.is_err() {
+                        // The index is gone with the agent: nothing to wait for.
+                        cancel.cancelled().await;
+                        return false;
+                    }
+                }
+                _ = async {
+                    match overdue_at {
+                        Some(t) => tokio::time::sleep_until(t).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    flagged = true;
+                    let why = self.overdue_reason(pod, &obj);
+                    self.set_pod(&pod.uid, PodState::Blocked, Some(why));
+                    self.refresh_blockers();
+                }
+            }
+        }
+    }
+
+    /// When a pod that is on its way out counts as stuck: its deletion's
+    /// grace period (deletionTimestamp) plus a margin; for a static pod
+    /// whose manifest was moved, its own grace period after the move.
+    fn overdue_at(&self, pod: &PlannedPod, obj: &Value, since: Instant) -> Option<Instant> {
+        if pod.pod_type == PodType::Static {
+            if self.book().state.get(&pod.uid).map(|s| s.0) == Some(PodState::Blocked) {
+                return None;
+            }
+            let grace = Duration::from_secs(u64::try_from(pod.grace_seconds).unwrap_or(0));
+            return Some(since + grace + OVERDUE_AFTER_GRACE);
+        }
+        let deletion: jiff::Timestamp = obj["metadata"]["deletionTimestamp"]
+            .as_str()?
+            .parse()
+            .ok()?;
+        let left = deletion.duration_since(jiff::Timestamp::now());
+        let left = Duration::try_from(left).unwrap_or(Duration::ZERO);
+        Some(Instant::now() + left + OVERDUE_AFTER_GRACE)
+    }
+
+    fn overdue_reason(&self, pod: &PlannedPod, obj: &Value) -> String {
+        if pod.pod_type == PodType::Static {
+            let dir = self
+                .stash
+                .as_ref()
+                .map(|s| s.manifest_dir.display().to_string())
+                .unwrap_or_default();
+            return format!(
+                "its manifest was moved out of {dir} but the kubelet has not stopped it within its {}s grace period; is the kubelet running?",
+                pod.grace_seconds
+            );
+        }
+        let finalizers = finalizers_note(obj);
+        if finalizers.is_empty() {
+            "still terminating past its grace period; the kubelet has not confirmed it stopped (is the node's kubelet running?)".into()
+        } else {
+            format!("still terminating past its grace period{finalizers}")
+        }
+    }
+}
+
+/// "; held by finalizers a, b" when the pod has finalizers, else "".
+pub(super) fn finalizers_note(obj: &Value) -> String {
+    let names: Vec<&str> = obj["metadata"]["finalizers"]
+        .as_array()
+        .map(|f| f.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!("; held by finalizers {}", names.join(", "))
+    }
+}
+
+fn pod_event(
+    p: &crate::drain::progress::Progress,
+    number: usize,
+    pod: &PlannedPod,
+    kind: EventKind,
+    message: String,
+) -> DrainEvent {
+    let mut ev = p.event(kind);
+    ev.stage = Some(number);
+    ev.namespace = Some(pod.namespace.clone());
+    ev.pod = Some(pod.name.clone());
+    ev.pod_type = Some(pod.pod_type);
+    ev.priority = Some(pod.priority);
+    ev.message = message;
+    ev
+}
+
+/// The budget a 429 names ("The disruption budget web needs 2 healthy pods
+/// and has 2 currently"), so a blocked pod wakes only when that one allows
+/// a disruption again.
+fn blocking_budget(message: &str) -> Option<&str> {
+    message
+        .strip_prefix("The disruption budget ")?
+        .split(" needs ")
+        .next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{blocking_budget, finalizers_note};
+    use serde_json::json;
+
+    #[test]
+    fn the_blocking_budget_is_read_from_the_api_message() {
+        assert_eq!(
+            blocking_budget("The disruption budget web needs 2 healthy pods and has 2 currently"),
+            Some("web")
+        );
+        assert_eq!(
+            blocking_budget("admission webhook \"virt\" denied: VMI is migrating"),
+            None
+        );
+        assert_eq!(blocking_budget(""), None);
+    }
+
+    #[test]
+    fn finalizers_are_named_and_malformed_ones_ignored() {
+        let pod = json!({"metadata": {"finalizers": ["example.com/a", 7, "b"]}});
+        assert_eq!(
+            finalizers_note(&pod),
+            "; held by finalizers example.com/a, b"
+        );
+        assert_eq!(finalizers_note(&json!({"metadata": {}})), "");
+        assert_eq!(
+            finalizers_note(&json!({"metadata": {"finalizers": "x"}})),
+            ""
+        );
+    }
+}

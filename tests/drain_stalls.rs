@@ -1,0 +1,312 @@
+//! A drain that cannot finish says why, a drain that is no longer wanted
+//! stops sending, and a drain that is still wanted for the same plan is not
+//! started over: read back from the agent's status and events and the
+//! simulator's audit log.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::agent::RunningAgent;
+use common::slow_proxy::SlowProxy;
+use common::*;
+use maintd::config::Config;
+use maintd::drain::progress::{EventKind, Phase, StageState};
+use maintd::sim::SimCluster;
+use serde_json::{Value, json};
+
+/// A budget that never allows a disruption of the pods labelled
+/// app=`name`: eviction alone never gets them off the node.
+async fn unmovable_budget(sim: &SimCluster, name: &str) {
+    let pdb = json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": name}}, "maxUnavailable": 0},
+    });
+    let (code, body) = raw(
+        sim,
+        "POST",
+        "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+        "application/json",
+        serde_json::to_vec(&pdb).unwrap(),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+}
+
+/// Reboot slots of local drains live in the `maintd` namespace.
+async fn maintd_namespace(sim: &SimCluster) {
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "maintd"}});
+    let (code, body) = raw(
+        sim,
+        "POST",
+        "/api/v1/namespaces",
+        "application/json",
+        serde_json::to_vec(&ns).unwrap(),
+    )
+    .await;
+    assert!(code == 201 || code == 409, "{body}");
+}
+
+fn bare_pod(name: &str, priority: i32, labels: Value) -> Value {
+    let mut pod = pod_json("default", name, "node-a", labels);
+    pod["spec"]["priority"] = json!(priority);
+    pod
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_pod_with_no_manifest_in_the_directory_is_a_named_blocker() {
+    let sim = scenario("small.yaml").await;
+    // The agent looks in a directory that exists but holds no manifest for
+    // the node's mirror pod (the kubelet was pointed elsewhere).
+    let root = tempfile::tempdir().unwrap();
+    let empty = root.path().join("manifests");
+    std::fs::create_dir(&empty).unwrap();
+    let agent = RunningAgent::start(&sim, "node-a", Some(empty.clone()));
+    taint(&sim.client(), "node-a", "maintd.io/drain", Some("x")).await;
+    let want = format!("no manifest for this mirror pod in {}", empty.display());
+    let progress = agent.progress.clone();
+    eventually(
+        "the mirror pod is a named blocker and the drain Blocked",
+        || {
+            let st = progress.status();
+            let want = want.clone();
+            async move {
+                st.phase == Phase::Blocked
+                    && st.blockers.iter().any(|b| {
+                        b.namespace == "kube-system"
+                            && b.pod == "node-proxy-node-a"
+                            && b.reason == want
+                    })
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        agent.progress.status().current_stage.map(|s| s > 1),
+        Some(true)
+    );
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_stuck_terminating_past_its_grace_is_a_named_blocker() {
+    let sim = scenario("small.yaml").await;
+    // Evicted, it has a 1 s grace period; a finalizer nobody removes keeps
+    // it on the node after that.
+    let mut stuck = bare_pod("stuck", -10, json!({}));
+    stuck["metadata"]["finalizers"] = json!(["example.com/never"]);
+    stuck["spec"]["terminationGracePeriodSeconds"] = json!(1);
+    post_pod(&sim, &stuck).await;
+    sim.wait_settled(Duration::from_secs(30)).await.unwrap();
+    let agent = RunningAgent::start(&sim, "node-a", None);
+    taint(&sim.client(), "node-a", "maintd.io/drain", Some("x")).await;
+    let progress = agent.progress.clone();
+    eventually("the stuck pod is a named blocker", || {
+        let st = progress.status();
+        async move {
+            st.phase == Phase::Blocked
+                && st.blockers.iter().any(|b| {
+                    b.pod == "stuck"
+                        && b.reason.contains("still terminating past its grace period")
+                        && b.reason.contains("example.com/never")
+                })
+        }
+    })
+    .await;
+    assert_eq!(agent.progress.status().current_stage, Some(1));
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_trigger_sends_none_of_the_evictions_still_queued() {
+    let sim = sim().await;
+    create_node(&sim.client(), "node-a").await;
+    for i in 0..100 {
+        post_pod(&sim, &bare_pod(&format!("p-{i:03}"), 0, json!({}))).await;
+    }
+    sim.wait_settled(Duration::from_secs(30)).await.unwrap();
+    // Every eviction keeps its caller waiting 300 ms after the API took it,
+    // so at concurrency 1 the other 99 queue behind it.
+    let proxy = SlowProxy::start(
+        sim.url(),
+        Arc::new(|method, path| {
+            (method == http::Method::POST && path.ends_with("/eviction"))
+                .then_some(Duration::from_millis(300))
+        }),
+    )
+    .await;
+    let mut config = Config::for_node("node-a", "/nonexistent/manifests".into());
+    config.concurrency = 1;
+    let agent = RunningAgent::start_with(config, proxy.agent_client());
+    let client = sim.client();
+    taint(&client, "node-a", "maintd.io/drain", Some("x")).await;
+    let evictions = |from: usize| {
+        sim.state.audit.entries()[from..]
+            .iter()
+            .filter(|e| e.verb == "evict")
+            .count()
+    };
+    eventually("three evictions went out", || {
+        let n = evictions(0);
+        async move { n >= 3 }
+    })
+    .await;
+    taint(&client, "node-a", "maintd.io/drain", None).await;
+    // The audit log is in the API's order: everything from here on came
+    // after the trigger ended.
+    let ended = sim.state.audit.entries().len();
+    agent.wait_event(EventKind::UndoCompleted).await;
+    let before = evictions(0) - evictions(ended);
+    assert!(
+        (3..100).contains(&before),
+        "{before} evictions before the end"
+    );
+    assert_eq!(
+        evictions(ended),
+        0,
+        "no eviction is sent once the trigger has ended"
+    );
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_triggers_for_the_same_plan_do_not_restart_the_drain() {
+    let sim = scenario("small.yaml").await;
+    maintd_namespace(&sim).await;
+    // Above every other Default pod: the stages before it finish, then it
+    // blocks the drain for good.
+    unmovable_budget(&sim, "guarded").await;
+    post_pod(&sim, &bare_pod("guarded", 1500, json!({"app": "guarded"}))).await;
+    sim.wait_settled(Duration::from_secs(30)).await.unwrap();
+    let agent = RunningAgent::start(&sim, "node-a", None);
+    agent.local.request("os update", None);
+    let progress = agent.progress.clone();
+    eventually("the guarded pod blocks the drain", || {
+        let st = progress.status();
+        async move { st.phase == Phase::Blocked && st.blockers.iter().any(|b| b.pod == "guarded") }
+    })
+    .await;
+    let before = agent.progress.status();
+    let done: Vec<usize> = before
+        .stages
+        .iter()
+        .filter(|s| s.state == StageState::Done)
+        .map(|s| s.stage)
+        .collect();
+    assert!(!done.is_empty(), "stages before the guarded pod's are done");
+
+    // Another trigger for the same drain, then the local request re-sent.
+    taint(&sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
+    agent.local.request("kernel update", None);
+    eventually("the status lists both triggers", || {
+        let st = progress.status();
+        async move {
+            st.triggers.len() == 2 && st.triggers.iter().any(|t| t == "local: kernel update")
+        }
+    })
+    .await;
+    // A retried eviction of the guarded pod after the change: a restart,
+    // which the change would have caused at once, would be behind us.
+    let seen = agent.events().len();
+    agent
+        .wait_for("the guarded pod's eviction retried", |evs| {
+            evs[seen..]
+                .iter()
+                .any(|e| e.event == EventKind::PodEvicting && e.pod.as_deref() == Some("guarded"))
+        })
+        .await;
+    assert_eq!(
+        agent.count(EventKind::DrainStarted),
+        1,
+        "the drain was not started over"
+    );
+    let after = agent.progress.status();
+    assert_eq!(after.started_at, before.started_at);
+    assert_eq!(after.phase, Phase::Blocked);
+    assert_eq!(after.blockers, before.blockers, "the blockers carry over");
+    for n in &done {
+        assert_eq!(
+            after.stages[n - 1].state,
+            StageState::Done,
+            "stage {n} stays done"
+        );
+    }
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_deadline_re_plans_and_keeps_what_the_drain_learned() {
+    let sim = scenario("small.yaml").await;
+    maintd_namespace(&sim).await;
+    unmovable_budget(&sim, "guarded").await;
+    post_pod(&sim, &bare_pod("guarded", 1500, json!({"app": "guarded"}))).await;
+    sim.wait_settled(Duration::from_secs(30)).await.unwrap();
+    let agent = RunningAgent::start(&sim, "node-a", None);
+    agent.local.request("os update", None);
+    let progress = agent.progress.clone();
+    eventually("the guarded pod blocks the drain", || {
+        let st = progress.status();
+        async move { st.phase == Phase::Blocked && st.blockers.iter().any(|b| b.pod == "guarded") }
+    })
+    .await;
+    let before = agent.progress.status();
+    // A deadline far enough away that nothing is deleted yet.
+    agent
+        .local
+        .request("os update", Some(Duration::from_secs(3600)));
+    agent
+        .wait_for("the drain re-planned", |evs| {
+            evs.iter()
+                .filter(|e| e.event == EventKind::DrainStarted)
+                .count()
+                == 2
+        })
+        .await;
+    let seen = agent.events().len();
+    agent
+        .wait_for("the guarded pod's eviction retried", |evs| {
+            evs[seen..]
+                .iter()
+                .any(|e| e.event == EventKind::PodEvicting && e.pod.as_deref() == Some("guarded"))
+        })
+        .await;
+    let replanned = agent
+        .events()
+        .into_iter()
+        .filter(|e| e.event == EventKind::DrainStarted)
+        .nth(1)
+        .unwrap();
+    assert!(
+        replanned.message.starts_with("re-planned"),
+        "{}",
+        replanned.message
+    );
+    let after = agent.progress.status();
+    assert_eq!(after.started_at, before.started_at, "not started afresh");
+    assert_eq!(after.blockers, before.blockers, "the blockers carry over");
+    for s in before.stages.iter().filter(|s| s.state == StageState::Done) {
+        assert_eq!(
+            after.stages[s.stage - 1].state,
+            StageState::Done,
+            "stage {} stays done",
+            s.stage
+        );
+    }
+    assert_eq!(
+        agent.count(EventKind::PodEvicted),
+        before_evictions(&before),
+        "nothing evicted twice"
+    );
+    agent.stop().await;
+}
+
+/// Pods the status shows gone: each was evicted once.
+fn before_evictions(st: &maintd::drain::progress::DrainStatus) -> usize {
+    st.stages
+        .iter()
+        .flat_map(|s| &s.pods)
+        .filter(|p| p.state == maintd::drain::progress::PodState::Gone)
+        .count()
+}
