@@ -3,18 +3,21 @@
 //! busy node, puts the drain taint on it, shows the drain stage by stage,
 //! then removes the taint and shows the undo.
 
-use std::io::Write;
+use std::io::IsTerminal;
+use std::path::Path;
 use std::time::Duration;
 
 use http::Request;
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::config::Config;
-use crate::drain::progress::{DrainEvent, EventKind, Progress};
+use crate::drain::progress::EventKind;
 use crate::sim::{SimCluster, SimConfig, scenario};
+
+mod narrate;
+use narrate::Narrator;
 
 /// The scenario the demo runs: 3 nodes, 110 pods on node-a.
 pub const REALISTIC: &str = include_str!("../tests/scenarios/realistic.yaml");
@@ -26,7 +29,7 @@ pub enum DemoError {
     Sim(String),
     #[error("the demo did not finish within {0:?}: {1}")]
     Timeout(Duration, String),
-    #[error("talking to the simulated cluster: {0}")]
+    #[error("talking to the simulated cluster: {}", crate::preflight::describe(.0, "the simulated cluster"))]
     Api(#[from] kube::Error),
     #[error("after the undo: {0}")]
     Check(String),
@@ -42,6 +45,7 @@ pub enum Style {
 /// The demo's cluster, settled, and an agent config for the busy node.
 async fn start_cluster(
     style: Style,
+    log: Option<&Path>,
 ) -> Result<(SimCluster, Config, std::path::PathBuf), DemoError> {
     let scenario =
         scenario::Scenario::from_yaml(REALISTIC).map_err(|e| DemoError::Sim(e.to_string()))?;
@@ -63,6 +67,9 @@ async fn start_cluster(
             sim.url(),
             kubeconfig.display()
         );
+        if let Some(log) = log {
+            println!("the agent's log: {}", log.display());
+        }
         println!(
             "node {NODE} carries 110 pods: ordinary pods at several priorities, 4 DaemonSets, 3 static pods."
         );
@@ -72,7 +79,11 @@ async fn start_cluster(
 
 /// `maintd demo --shutdown`: a simulated logind on a private D-Bus; a
 /// `systemctl reboot` of the busy node waits for maintd's ordered drain.
-pub async fn run_shutdown(style: Style, limit: Duration) -> Result<(), DemoError> {
+pub async fn run_shutdown(
+    style: Style,
+    limit: Duration,
+    log: Option<&Path>,
+) -> Result<(), DemoError> {
     let budget = Duration::from_secs(60);
     let bus = crate::sim::dbus::PrivateBus::start()
         .map_err(|e| DemoError::Sim(format!("starting a private D-Bus (the shutdown demo needs dbus-daemon: apt-get install dbus): {e}")))?;
@@ -84,7 +95,7 @@ pub async fn run_shutdown(style: Style, limit: Duration) -> Result<(), DemoError
     )
     .await
     .map_err(|e| DemoError::Sim(e.to_string()))?;
-    let (sim, mut config, kubeconfig) = start_cluster(style).await?;
+    let (sim, mut config, kubeconfig) = start_cluster(style, log).await?;
     config.shutdown = Some(crate::config::ShutdownSettings {
         sleep: false,
         margin: Duration::from_secs(5),
@@ -109,7 +120,9 @@ pub async fn run_shutdown(style: Style, limit: Duration) -> Result<(), DemoError
         }
         let started = std::time::Instant::now();
         logind.reboot().await;
-        follow(&mut events, &progress, style, EventKind::ShutdownReleased).await;
+        let mut out = Narrator::new(style, std::io::stdout().is_terminal());
+        out.follow(&mut events, &progress, EventKind::ShutdownReleased)
+            .await;
         let record = logind.wait_for_shutdowns(1).await.into_iter().next();
         Ok::<_, DemoError>((record, started.elapsed()))
     })
@@ -151,8 +164,10 @@ pub async fn run_shutdown(style: Style, limit: Duration) -> Result<(), DemoError
     Ok(())
 }
 
-pub async fn run(style: Style, limit: Duration) -> Result<(), DemoError> {
-    let (sim, config, kubeconfig) = start_cluster(style).await?;
+/// `maintd demo`: drain the busy node for a taint, then undo. `log` is where
+/// the agent's log goes, named in the narrative.
+pub async fn run(style: Style, limit: Duration, log: Option<&Path>) -> Result<(), DemoError> {
+    let (sim, config, kubeconfig) = start_cluster(style, log).await?;
     let client = sim.agent_client(&config.node);
     let agent = Agent::new(config, client);
     let progress = agent.progress().clone();
@@ -165,12 +180,15 @@ pub async fn run(style: Style, limit: Duration) -> Result<(), DemoError> {
         if style == Style::Human {
             println!("\n$ kubectl taint node {NODE} maintd.io/drain=demo:NoSchedule");
         }
-        follow(&mut events, &progress, style, EventKind::DrainCompleted).await;
+        let mut out = Narrator::new(style, std::io::stdout().is_terminal());
+        out.follow(&mut events, &progress, EventKind::DrainCompleted)
+            .await;
         set_drain_taint(&client, false).await?;
         if style == Style::Human {
             println!("\n$ kubectl taint node {NODE} maintd.io/drain-");
         }
-        follow(&mut events, &progress, style, EventKind::UndoCompleted).await;
+        out.follow(&mut events, &progress, EventKind::UndoCompleted)
+            .await;
         Ok::<_, DemoError>(())
     })
     .await;
@@ -218,96 +236,6 @@ async fn set_drain_taint(client: &kube::Client, on: bool) -> Result<(), DemoErro
         .map_err(kube::Error::HttpError)?;
     client.request::<Value>(req).await?;
     Ok(())
-}
-
-async fn follow(
-    events: &mut broadcast::Receiver<DrainEvent>,
-    progress: &Progress,
-    style: Style,
-    until: EventKind,
-) {
-    loop {
-        match events.recv().await {
-            Ok(ev) => {
-                print_event(&ev, progress, style);
-                if ev.event == until {
-                    return;
-                }
-            }
-            Err(broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(broadcast::error::RecvError::Closed) => return,
-        }
-    }
-}
-
-fn print_event(ev: &DrainEvent, progress: &Progress, style: Style) {
-    if style == Style::Json {
-        if let Ok(line) = serde_json::to_string(ev) {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{line}");
-        }
-        return;
-    }
-    let pod = match (&ev.namespace, &ev.pod) {
-        (Some(ns), Some(p)) => format!("{ns}/{p}"),
-        _ => String::new(),
-    };
-    let t = ev.t_ms as f64 / 1000.0;
-    match ev.event {
-        EventKind::DrainStarted => println!("{t:7.2}s  drain started: {}", ev.message),
-        EventKind::NodeMarked => println!("{t:7.2}s  node: {}", ev.message),
-        EventKind::StageStarted => println!(
-            "\n{t:7.2}s  stage {} — {}",
-            ev.stage.unwrap_or(0),
-            ev.message
-        ),
-        EventKind::PodEvicted => println!(
-            "{t:7.2}s    evicted   {pod}  (priority {})",
-            ev.priority.unwrap_or(0)
-        ),
-        EventKind::PodBlocked => println!("{t:7.2}s    waiting   {pod}: {}", ev.message),
-        EventKind::PodError => println!("{t:7.2}s    error     {pod}: {}", ev.message),
-        EventKind::PodDeleted => println!("{t:7.2}s    deleted   {pod}: {}", ev.message),
-        EventKind::StaticPodsStashed => println!("{t:7.2}s    static pods: {}", ev.message),
-        EventKind::StageCompleted => {
-            let st = progress.status();
-            let done = st.pods_total.saturating_sub(st.pods_remaining);
-            println!(
-                "{t:7.2}s  stage {} done {}",
-                ev.stage.unwrap_or(0),
-                bar(done, st.pods_total)
-            );
-        }
-        EventKind::StageTimedOut
-        | EventKind::StageEscalated
-        | EventKind::Warning
-        | EventKind::DrainFailed => {
-            println!("{t:7.2}s  ! {}", ev.message)
-        }
-        EventKind::DrainCompleted => println!("\n{t:7.2}s  node drained: {}", ev.message),
-        EventKind::UndoStarted => println!("{t:7.2}s  maintenance over: undoing"),
-        EventKind::NodeUnmarked => println!("{t:7.2}s  node: {}", ev.message),
-        EventKind::StaticPodsRestored => println!("{t:7.2}s  static pods: {}", ev.message),
-        EventKind::UndoCompleted => println!("{t:7.2}s  done: the node is back in service"),
-        EventKind::ShutdownPreparing => println!(
-            "{t:7.2}s  logind: PrepareForShutdown(true) — {}",
-            ev.message
-        ),
-        EventKind::ShutdownReleased => println!("{t:7.2}s  {}", ev.message),
-        EventKind::ShutdownCancelled => println!("{t:7.2}s  {}", ev.message),
-        _ => {}
-    }
-}
-
-/// `[##########----------] 55/110`
-fn bar(done: usize, total: usize) -> String {
-    let width = 30;
-    let filled = (done * width).checked_div(total).unwrap_or(width);
-    format!(
-        "[{}{}] {done}/{total}",
-        "#".repeat(filled),
-        "-".repeat(width - filled)
-    )
 }
 
 /// The demo ends with the node as it began: schedulable, no maintd taint.

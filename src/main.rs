@@ -11,15 +11,31 @@ use maintd::config::AgentArgs;
 use maintd::sim::{SimCluster, SimConfig};
 use tokio_util::sync::CancellationToken;
 
+/// `maintd --version`: the release and the git revision it was built from
+/// (see build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (git ",
+    env!("MAINTD_GIT_REVISION"),
+    ")"
+);
+
 #[derive(Parser)]
 #[command(
     name = "maintd",
-    version,
+    version = VERSION,
     about = "Node-local Kubernetes maintenance agent"
 )]
 struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. "info" or "maintd=debug".
-    #[arg(long, env = "MAINTD_LOG", default_value = "info", global = true)]
+    /// kube's request builder is off by default: it logs every failed call
+    /// as an ERROR that maintd's own message already says in words.
+    #[arg(
+        long,
+        env = "MAINTD_LOG",
+        default_value = "info,kube_client::client::builder=off",
+        global = true
+    )]
     log: String,
     /// Log as JSON lines.
     #[arg(long, global = true)]
@@ -146,25 +162,43 @@ enum Output {
     Json,
 }
 
-/// A client for the cluster: an explicit kubeconfig, or whatever kube's
-/// inference finds (KUBECONFIG, ~/.kube/config, in-cluster), set up as
-/// `node`'s agent's (see maintd::cluster::agent_config): kube's own retry
-/// off, and a User-Agent naming the node.
-async fn client(kubeconfig: Option<&PathBuf>, node: &str) -> anyhow::Result<kube::Client> {
+/// A client for the cluster, and the API server's address for messages: an
+/// explicit kubeconfig, or whatever kube's inference finds (KUBECONFIG,
+/// ~/.kube/config, in-cluster), set up as `node`'s agent's (see
+/// maintd::cluster::agent_config): kube's own retry off, and a User-Agent
+/// naming the node.
+async fn client(
+    kubeconfig: Option<&PathBuf>,
+    node: &str,
+) -> anyhow::Result<(kube::Client, String)> {
+    use maintd::preflight::one_line;
     let config = match kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+                anyhow::anyhow!("reading kubeconfig {}: {}", path.display(), one_line(&e.to_string()))
+            })?;
             kube::Config::from_custom_kubeconfig(kc, &Default::default())
                 .await
-                .with_context(|| format!("using kubeconfig {}", path.display()))?
+                .map_err(|e| {
+                    anyhow::anyhow!("using kubeconfig {}: {}", path.display(), one_line(&e.to_string()))
+                })?
         }
-        None => kube::Config::infer()
-            .await
-            .context("finding cluster credentials (kubeconfig or in-cluster service account)")?,
+        None => kube::Config::infer().await.map_err(|e| {
+            anyhow::anyhow!(
+                "no cluster credentials: not in a pod with a service account, and no kubeconfig ({}); pass --kubeconfig FILE or set KUBECONFIG",
+                one_line(&e.to_string())
+            )
+        })?,
     };
-    kube::Client::try_from(maintd::cluster::agent_config(config, node))
-        .context("building the API client")
+    let server = config.cluster_url.to_string();
+    let client =
+        kube::Client::try_from(maintd::cluster::agent_config(config, node)).map_err(|e| {
+            anyhow::anyhow!(
+                "building the API client for {server}: {}",
+                one_line(&e.to_string())
+            )
+        })?;
+    Ok((client, server))
 }
 
 async fn shutdown_signal() {
@@ -195,6 +229,33 @@ fn init_logging(filter: &str, json: bool) {
     }
 }
 
+/// The demo's logging: the agent's log (at `filter`) goes to a file, so that
+/// stdout is the story alone; warnings and errors also go to stderr. Returns
+/// the file, or None (then stderr at warn only) when it cannot be created.
+fn init_demo_logging(filter: &str) -> Option<PathBuf> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer, filter::LevelFilter, fmt};
+    let path = std::env::temp_dir().join(format!("maintd-demo-{}.log", std::process::id()));
+    let file = std::fs::File::create(&path).ok();
+    let to_file = file.map(|f| {
+        fmt::layer()
+            .with_ansi(false)
+            .with_writer(std::sync::Arc::new(f))
+            .with_filter(EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info")))
+    });
+    let logged = to_file.is_some();
+    tracing_subscriber::registry()
+        .with(to_file)
+        .with(
+            fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(LevelFilter::WARN),
+        )
+        .init();
+    logged.then_some(path)
+}
+
 /// Ends a client command that failed: the message alone (no backtrace,
 /// whatever RUST_BACKTRACE says), exit 1.
 fn fail(e: maintd::cli::CliError) -> ! {
@@ -202,14 +263,38 @@ fn fail(e: maintd::cli::CliError) -> ! {
     std::process::exit(1)
 }
 
+/// Every error that ends `maintd` reads as one line, `error: what failed:
+/// why`, and exits 1.
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    init_logging(&cli.log, cli.log_json);
+async fn main() {
+    if let Err(e) = run(Cli::parse()).await {
+        eprintln!("error: {}", maintd::preflight::one_line(&format!("{e:#}")));
+        std::process::exit(1);
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let demo_log = match cli.command {
+        Command::Demo { .. } => init_demo_logging(&cli.log),
+        _ => {
+            init_logging(&cli.log, cli.log_json);
+            None
+        }
+    };
     match cli.command {
         Command::Run { agent, kubeconfig } => {
             let config = agent.into_config()?;
-            let client = client(kubeconfig.as_ref(), &config.node).await?;
+            let (client, server) = client(kubeconfig.as_ref(), &config.node).await?;
+            // In a pod the namespace is the pod's own, so it exists.
+            let namespace = config
+                .own_pod
+                .is_none()
+                .then_some(maintd::preflight::DEFAULT_NAMESPACE);
+            let warnings =
+                maintd::preflight::check(&client, &server, &config.node, namespace).await?;
+            for w in warnings {
+                tracing::warn!("{w}; starting anyway");
+            }
             let stop = CancellationToken::new();
             let agent = Agent::new(config, client);
             let task = tokio::spawn(agent.run(stop.clone()));
@@ -231,9 +316,9 @@ async fn main() -> anyhow::Result<()> {
             };
             let limit = std::time::Duration::from_secs(timeout_seconds);
             if shutdown {
-                maintd::demo::run_shutdown(style, limit).await?;
+                maintd::demo::run_shutdown(style, limit, demo_log.as_deref()).await?;
             } else {
-                maintd::demo::run(style, limit).await?;
+                maintd::demo::run(style, limit, demo_log.as_deref()).await?;
             }
             Ok(())
         }
@@ -266,8 +351,16 @@ async fn main() -> anyhow::Result<()> {
             kubeconfig,
             output,
         } => {
-            let client = client(kubeconfig.as_ref(), &node).await?;
-            let plan = maintd::plan_cmd::plan_for_node(&client, &node).await?;
+            let (client, server) = client(kubeconfig.as_ref(), &node).await?;
+            maintd::preflight::node_exists(&client, &server, &node).await?;
+            let plan = maintd::plan_cmd::plan_for_node(&client, &node)
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "listing the pods of node {node}: {}",
+                        maintd::preflight::describe(&e, &server)
+                    )
+                })?;
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
                 Output::Text => print!("{}", maintd::plan_cmd::render(&plan)),

@@ -106,3 +106,63 @@ fn the_shutdown_demo_waits_for_the_drain_within_the_budget() {
     assert_eq!(shutdown["timed_out"], false);
     assert!(shutdown["delayed_ms"].as_u64().unwrap() <= shutdown["budget_ms"].as_u64().unwrap());
 }
+
+/// `maintd demo` as a newcomer runs it (stdout a pipe, the default log
+/// level): the story alone, no log line, the stages in order, each pod
+/// evicted inside its own stage; the agent's log is in the file it names.
+#[test]
+fn the_demo_prints_its_story_in_stage_order_and_logs_to_a_file() {
+    let out = Command::new(env!("CARGO_BIN_EXE_maintd"))
+        .arg("demo")
+        .env_remove("MAINTD_LOG")
+        .output()
+        .expect("maintd runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "maintd demo failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in stdout.lines() {
+        // tracing's lines: a level word and an RFC 3339 time, or colours.
+        let log_like = [" INFO ", " WARN ", " DEBUG ", " ERROR ", "\x1b["]
+            .iter()
+            .any(|w| line.contains(w))
+            || line.get(..4).is_some_and(|y| y.parse::<u16>().is_ok()) && line.contains('T');
+        assert!(!log_like, "a log line in the story: {line}");
+    }
+    // Stage headers 1..n, each closed by its "done" line before the next.
+    let mut open: Option<u64> = None;
+    let mut last = 0;
+    let mut evicted_in_stage = 0;
+    for line in stdout.lines().map(str::trim) {
+        let stage_no = |rest: &str| rest.split_whitespace().next().and_then(|n| n.parse().ok());
+        if let Some(rest) = line.split_once("stage ").map(|(_, r)| r) {
+            let n: Option<u64> = stage_no(rest);
+            if rest.contains(" — ") {
+                assert_eq!(open, None, "stage {n:?} starts before {open:?} is done");
+                assert_eq!(n, Some(last + 1), "stages out of order:\n{stdout}");
+                open = n;
+            } else if rest.contains(" done ") {
+                assert_eq!(n, open, "stage {n:?} done while {open:?} runs");
+                last = n.unwrap_or(0);
+                open = None;
+            }
+        } else if line.contains("evicted ") {
+            assert!(open.is_some(), "an eviction outside a stage: {line}");
+            evicted_in_stage += 1;
+        }
+    }
+    assert!(last >= 4, "{last} stages:\n{stdout}");
+    assert!(evicted_in_stage >= 100, "{evicted_in_stage} evictions");
+    let drained = stdout.find("node drained").expect("drained");
+    let back = stdout.find("back in service").expect("undone");
+    assert!(drained < back);
+    let log = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("the agent's log: "))
+        .expect("the story names the log file");
+    let logged = std::fs::read_to_string(log).expect("the log file exists");
+    assert!(logged.contains("INFO"), "the log file has the agent's log");
+    let _ = std::fs::remove_file(log);
+}

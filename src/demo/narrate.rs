@@ -1,0 +1,182 @@
+//! How `maintd demo` tells its story: one JSON object per event (`--json`),
+//! plain lines when stdout is a file or a pipe, and on a terminal the same
+//! lines with a live progress bar for the running stage in place of one
+//! line per pod evicted.
+
+use std::io::Write;
+
+use tokio::sync::broadcast;
+
+use super::Style;
+use crate::drain::progress::{DrainEvent, EventKind, PodState, Progress};
+
+/// Prints the demo's events; remembers whether a live bar is on screen.
+pub struct Narrator {
+    style: Style,
+    /// Draw a live bar (stdout is a terminal).
+    live: bool,
+    /// The stage whose bar is drawn on the last line, not yet ended.
+    bar: Option<usize>,
+}
+
+impl Narrator {
+    pub fn new(style: Style, live: bool) -> Narrator {
+        Narrator {
+            style,
+            live: live && style == Style::Human,
+            bar: None,
+        }
+    }
+
+    /// Prints events until `until` (included), or until the agent is gone.
+    pub async fn follow(
+        &mut self,
+        events: &mut broadcast::Receiver<DrainEvent>,
+        progress: &Progress,
+        until: EventKind,
+    ) {
+        loop {
+            match events.recv().await {
+                Ok(ev) => {
+                    self.event(&ev, progress);
+                    if ev.event == until {
+                        return;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+
+    fn event(&mut self, ev: &DrainEvent, progress: &Progress) {
+        if self.style == Style::Json {
+            if let Ok(line) = serde_json::to_string(ev) {
+                let _ = writeln!(std::io::stdout().lock(), "{line}");
+            }
+            return;
+        }
+        let pod = match (&ev.namespace, &ev.pod) {
+            (Some(ns), Some(p)) => format!("{ns}/{p}"),
+            _ => String::new(),
+        };
+        let t = ev.t_ms as f64 / 1000.0;
+        let stage = ev.stage.unwrap_or(0);
+        let line = match ev.event {
+            EventKind::DrainStarted => format!("{t:7.2}s  drain started: {}", ev.message),
+            EventKind::NodeMarked => format!("{t:7.2}s  node: {}", ev.message),
+            EventKind::StageStarted => {
+                self.say(&format!("\n{t:7.2}s  stage {stage} — {}", ev.message));
+                if self.live {
+                    self.bar = Some(stage);
+                    self.draw(progress, "");
+                }
+                return;
+            }
+            // On a terminal the bar counts evictions; elsewhere, a line each.
+            EventKind::PodEvicted if self.live => {
+                self.draw(progress, &pod);
+                return;
+            }
+            EventKind::PodGone if self.live => {
+                self.draw(progress, "");
+                return;
+            }
+            EventKind::PodEvicted => format!(
+                "{t:7.2}s    evicted   {pod}  (priority {})",
+                ev.priority.unwrap_or(0)
+            ),
+            EventKind::PodBlocked => format!("{t:7.2}s    waiting   {pod}: {}", ev.message),
+            EventKind::PodError => format!("{t:7.2}s    error     {pod}: {}", ev.message),
+            EventKind::PodDeleted => format!("{t:7.2}s    deleted   {pod}: {}", ev.message),
+            EventKind::StaticPodsStashed => format!("{t:7.2}s    static pods: {}", ev.message),
+            EventKind::StageCompleted => {
+                self.bar = None;
+                let (done, total) = stage_counts(progress, stage);
+                format!("{t:7.2}s  stage {stage} done {}", bar(done, total))
+            }
+            EventKind::StageTimedOut
+            | EventKind::StageEscalated
+            | EventKind::Warning
+            | EventKind::DrainFailed => format!("{t:7.2}s  ! {}", ev.message),
+            EventKind::DrainCompleted => format!("\n{t:7.2}s  node drained: {}", ev.message),
+            EventKind::UndoStarted => format!("{t:7.2}s  maintenance over: undoing"),
+            EventKind::NodeUnmarked => format!("{t:7.2}s  node: {}", ev.message),
+            EventKind::StaticPodsRestored => format!("{t:7.2}s  static pods: {}", ev.message),
+            EventKind::UndoCompleted => format!("{t:7.2}s  done: the node is back in service"),
+            EventKind::ShutdownPreparing => format!(
+                "{t:7.2}s  logind: PrepareForShutdown(true) — {}",
+                ev.message
+            ),
+            EventKind::ShutdownReleased | EventKind::ShutdownCancelled => {
+                format!("{t:7.2}s  {}", ev.message)
+            }
+            _ => return,
+        };
+        self.say(&line);
+        self.draw(progress, "");
+    }
+
+    /// A line of the story, above the bar if one is drawn.
+    fn say(&self, line: &str) {
+        let mut out = std::io::stdout().lock();
+        if self.bar.is_some() {
+            // Carriage return and erase line: the bar is redrawn below.
+            let _ = write!(out, "\r\x1b[2K");
+        }
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+
+    /// Redraws the running stage's bar on the last line.
+    fn draw(&self, progress: &Progress, last: &str) {
+        let Some(stage) = self.bar else {
+            return;
+        };
+        let (done, total) = stage_counts(progress, stage);
+        let mut out = std::io::stdout().lock();
+        let _ = write!(out, "\r\x1b[2K           {} {last}", bar(done, total));
+        let _ = out.flush();
+    }
+}
+
+/// Pods of `stage` (1-based) gone, and all its pods.
+fn stage_counts(progress: &Progress, stage: usize) -> (usize, usize) {
+    let st = progress.status();
+    st.stages
+        .iter()
+        .find(|s| s.stage == stage)
+        .map(|s| {
+            let gone = s.pods.iter().filter(|p| p.state == PodState::Gone).count();
+            (gone, s.pods.len())
+        })
+        .unwrap_or((0, 0))
+}
+
+/// `[##########----------] 55/110`
+pub fn bar(done: usize, total: usize) -> String {
+    let width = 30;
+    let filled = (done.min(total) * width)
+        .checked_div(total)
+        .unwrap_or(width);
+    format!(
+        "[{}{}] {done}/{total}",
+        "#".repeat(filled),
+        "-".repeat(width - filled)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bar;
+
+    #[test]
+    fn the_bar_fills_with_the_stage() {
+        assert_eq!(bar(0, 4), format!("[{}] 0/4", "-".repeat(30)));
+        assert_eq!(
+            bar(2, 4),
+            format!("[{}{}] 2/4", "#".repeat(15), "-".repeat(15))
+        );
+        assert_eq!(bar(0, 0), format!("[{}] 0/0", "#".repeat(30)));
+    }
+}
