@@ -263,6 +263,12 @@ impl Index {
         self.bump();
     }
 
+    /// Wakes everyone waiting on [`Index::changes`] without changing the
+    /// content (something they judge besides the objects changed).
+    pub fn touch(&self) {
+        self.bump();
+    }
+
     /// Records why the view cannot be kept current (e.g. a failed check
     /// before its watch can start); the view counts as failing from then.
     pub fn note_error(&self, e: String) {

@@ -109,10 +109,15 @@ const AGENT_CALLS: &[(&str, &str, &str, Option<&str>)] = &[
     ("maintd.io", "nodemaintenances", "list", None),
     ("maintd.io", "nodemaintenances", "watch", None),
     ("maintd.io", "nodemaintenances/status", "patch", None),
+    ("maintd.io", "nodedrains", "list", None),
+    ("maintd.io", "nodedrains", "watch", None),
+    ("maintd.io", "nodedrains", "patch", None),
+    ("maintd.io", "nodedrains/status", "patch", None),
     ("events.k8s.io", "events", "create", None),
     ("events.k8s.io", "events", "patch", None),
     ("coordination.k8s.io", "leases", "get", Some("maintd")),
     ("coordination.k8s.io", "leases", "list", Some("maintd")),
+    ("coordination.k8s.io", "leases", "watch", Some("maintd")),
     ("coordination.k8s.io", "leases", "create", Some("maintd")),
     ("coordination.k8s.io", "leases", "update", Some("maintd")),
 ];
@@ -233,7 +238,7 @@ fn the_medik8s_variant_grants_exactly_what_the_medik8s_trigger_adds() {
         "off unless asked for"
     );
     // Everything else is the base, unchanged.
-    assert_eq!(m.crds.len(), 1);
+    assert_eq!(m.crds.len(), 2);
     assert_eq!(m.daemonsets.len(), 1);
 }
 
@@ -241,10 +246,13 @@ fn the_medik8s_variant_grants_exactly_what_the_medik8s_trigger_adds() {
 fn daemonset_runs_everywhere_with_what_the_agent_needs_and_little_else() {
     let m = manifests("");
     assert_eq!(m.namespaces[0].metadata.name.as_deref(), Some("maintd"));
-    assert_eq!(
-        m.crds[0].metadata.name.as_deref(),
-        Some("nodemaintenances.maintd.io")
-    );
+    let mut crds: Vec<_> = m
+        .crds
+        .iter()
+        .filter_map(|c| c.metadata.name.as_deref())
+        .collect();
+    crds.sort();
+    assert_eq!(crds, ["nodedrains.maintd.io", "nodemaintenances.maintd.io"]);
     let ds = &m.daemonsets[0];
     let pod = pod_spec(ds);
     assert_eq!(
@@ -488,8 +496,8 @@ async fn every_request_an_agent_makes_is_granted() {
     eventually("its status written", || async move {
         k_ref
             .json(&["get", "nodemaintenances.maintd.io", "m"])
-            .await["status"]["nodes"][0]["phase"]
-            == "Drained"
+            .await["status"]["drainedNodes"]
+            == 1
     })
     .await;
     k.ok(&["delete", "nodemaintenances.maintd.io", "m"]).await;

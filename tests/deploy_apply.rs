@@ -1,7 +1,7 @@
 //! `kubectl apply -k deploy/` against the simulated cluster, and
-//! NodeMaintenance objects through kubectl: the printer columns, and
-//! per-node status entries from several agents that never overwrite
-//! each other (server-side apply on a list-map keyed by nodeName).
+//! NodeMaintenance and NodeDrain objects through kubectl: the printer
+//! columns, per-node NodeDrains from several agents, and the aggregates one
+//! writer keeps in the NodeMaintenance.
 
 mod common;
 
@@ -11,30 +11,37 @@ use serde_json::{Value, json};
 
 use maintd::sim::SimCluster;
 
-/// What one agent applies: its own entry, under its own field manager.
-async fn apply_entry(sim: &SimCluster, nm: &str, node: &str, phase: &str, remaining: i32) {
-    let body = json!({
-        "apiVersion": "maintd.io/v1alpha1",
-        "kind": "NodeMaintenance",
-        "metadata": {"name": nm},
-        "status": {"nodes": [{
-            "nodeName": node, "phase": phase, "stage": "Drain",
-            "podsTotal": 10, "podsRemaining": remaining,
-            "drainProgress": (10 - remaining) * 10,
-        }]},
-    });
-    let (code, out) = common::raw(
-        sim,
-        "PATCH",
-        &format!(
-            "{}/{nm}/status?fieldManager=maintd/{node}&force=true",
-            maintd::api::NODEMAINTENANCES_PATH
+/// What one agent applies: its own NodeDrain, under its own field manager
+/// (the object, then its status).
+async fn apply_drain(sim: &SimCluster, node: &str, phase: &str, remaining: i32) {
+    let path = maintd::api::nodedrain::NODEDRAINS_PATH;
+    for (suffix, body) in [
+        (
+            "",
+            json!({"apiVersion": "maintd.io/v1alpha1", "kind": "NodeDrain", "metadata": {"name": node}, "spec": {}}),
         ),
-        "application/apply-patch+yaml",
-        serde_json::to_vec(&body).unwrap(),
-    )
-    .await;
-    assert_eq!(code, 200, "{out}");
+        (
+            "/status",
+            json!({
+                "apiVersion": "maintd.io/v1alpha1", "kind": "NodeDrain", "metadata": {"name": node},
+                "status": {
+                    "nodeName": node, "phase": phase, "podsTotal": 10, "podsRemaining": remaining,
+                    "progress": format!("{}/10", 10 - remaining), "blockersTotal": i32::from(phase == "Blocked"),
+                    "maintenances": ["kernel"],
+                },
+            }),
+        ),
+    ] {
+        let (code, out) = common::raw(
+            sim,
+            "PATCH",
+            &format!("{path}/{node}{suffix}?fieldManager=maintd/{node}&force=true"),
+            "application/apply-patch+yaml",
+            serde_json::to_vec(&body).unwrap(),
+        )
+        .await;
+        assert_eq!(code, 200, "{out}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,6 +56,7 @@ async fn kubectl_applies_deploy_and_shows_nodemaintenances() {
     for created in [
         "namespace/maintd created",
         "customresourcedefinition.apiextensions.k8s.io/nodemaintenances.maintd.io created",
+        "customresourcedefinition.apiextensions.k8s.io/nodedrains.maintd.io created",
         "serviceaccount/maintd created",
         "clusterrole.rbac.authorization.k8s.io/maintd created",
         "clusterrolebinding.rbac.authorization.k8s.io/maintd created",
@@ -112,54 +120,47 @@ async fn kubectl_applies_deploy_and_shows_nodemaintenances() {
         "{short}"
     );
 
-    // Three agents report independently; none overwrites another.
-    apply_entry(&sim, "kernel", "node-a", "Draining", 6).await;
-    apply_entry(&sim, "kernel", "node-b", "Drained", 0).await;
-    apply_entry(&sim, "kernel", "node-c", "Blocked", 3).await;
-    apply_entry(&sim, "kernel", "node-a", "Draining", 2).await;
-    let obj: Value =
-        serde_json::from_str(&k.ok(&["get", "nm", "kernel", "-o", "json"]).await).unwrap();
-    let entries: Vec<(String, String, i64)> = obj["status"]["nodes"]
+    // Three agents report, each in its own NodeDrain.
+    apply_drain(&sim, "node-a", "Draining", 6).await;
+    apply_drain(&sim, "node-b", "Drained", 0).await;
+    apply_drain(&sim, "node-c", "Blocked", 3).await;
+    apply_drain(&sim, "node-a", "Draining", 2).await;
+    let drains = k.ok(&["get", "nodedrains"]).await;
+    let header: Vec<_> = drains.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "PHASE", "STAGE", "PROGRESS", "BLOCKERS", "AGE"],
+        "{drains}"
+    );
+    let row_a: Vec<_> = drains.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row_a[..2], ["node-a", "Draining"], "{drains}");
+    assert!(row_a.contains(&"8/10"), "{drains}");
+
+    // The aggregates, as the status writer applies them, in the columns.
+    let all: Vec<maintd::api::nodedrain::NodeDrainStatus> = serde_json::from_str::<Value>(
+        &k.ok(&["get", "nodedrains", "-o", "json"]).await,
+    )
+    .unwrap()["items"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| {
-            (
-                e["nodeName"].as_str().unwrap().to_string(),
-                e["phase"].as_str().unwrap().to_string(),
-                e["podsRemaining"].as_i64().unwrap(),
-            )
-        })
+        .map(|d| serde_json::from_value(d["status"].clone()).unwrap())
         .collect();
-    let mut sorted = entries.clone();
-    sorted.sort();
-    assert_eq!(
-        sorted,
-        [
-            ("node-a".to_string(), "Draining".to_string(), 2),
-            ("node-b".to_string(), "Drained".to_string(), 0),
-            ("node-c".to_string(), "Blocked".to_string(), 3),
-        ],
-        "{obj}"
+    let body = maintd::api::status::status_apply_body(
+        "kernel",
+        maintd::api::status::aggregate("kernel", &all),
+        None,
+        "2026-01-01T00:00:00Z",
     );
-    let decoded = maintd::api::parse(&obj).expect("the stored object decodes");
-    assert_eq!(decoded.status.unwrap().nodes.len(), 3);
-
-    // The counts the printer columns show.
     let (code, out) = common::raw(
         &sim,
         "PATCH",
         &format!(
-            "{}/kernel/status?fieldManager=maintd/summary&force=true",
+            "{}/kernel/status?fieldManager=maintd/status-writer&force=true",
             maintd::api::NODEMAINTENANCES_PATH
         ),
         "application/apply-patch+yaml",
-        serde_json::to_vec(&json!({
-            "apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
-            "metadata": {"name": "kernel"},
-            "status": {"selectedNodes": 3, "drainedNodes": 1},
-        }))
-        .unwrap(),
+        serde_json::to_vec(&body).unwrap(),
     )
     .await;
     assert_eq!(code, 200, "{out}");
@@ -169,8 +170,10 @@ async fn kubectl_applies_deploy_and_shows_nodemaintenances() {
     let obj: Value =
         serde_json::from_str(&k.ok(&["get", "nm", "kernel", "-o", "json"]).await).unwrap();
     assert_eq!(
-        obj["status"]["nodes"].as_array().unwrap().len(),
-        3,
-        "the summary keeps the entries: {obj}"
+        obj["status"]["attention"],
+        json!([{"nodeName": "node-c", "phase": "Blocked"}]),
+        "{obj}"
     );
+    let decoded = maintd::api::parse(&obj).expect("the stored object decodes");
+    assert_eq!(decoded.status.unwrap().blocked_nodes, Some(1));
 }

@@ -24,11 +24,42 @@ fn resource() -> ApiResource {
     }
 }
 
+/// Both CRDs, and the agents' namespace (where the status writer's Lease
+/// lives), as deploy/ installs them.
 async fn install_crd(client: &kube::Client) {
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &maintd::api::crd().unwrap())
+    for crd in [
+        maintd::api::crd().unwrap(),
+        maintd::api::nodedrain_crd().unwrap(),
+    ] {
+        Api::<CustomResourceDefinition>::all(client.clone())
+            .create(&PostParams::default(), &crd)
+            .await
+            .unwrap();
+    }
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "maintd"}})).unwrap();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
         .await
         .unwrap();
+}
+
+/// The NodeDrain of `node`, as the API has it (Null while there is none).
+async fn node_drain(client: &kube::Client, node: &str) -> serde_json::Value {
+    let api: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource {
+            group: "maintd.io".into(),
+            version: "v1alpha1".into(),
+            api_version: "maintd.io/v1alpha1".into(),
+            kind: "NodeDrain".into(),
+            plural: "nodedrains".into(),
+        },
+    );
+    match api.get(node).await {
+        Ok(d) => serde_json::to_value(d).unwrap(),
+        Err(_) => serde_json::Value::Null,
+    }
 }
 
 fn agent_for(sim: &maintd::sim::SimCluster, node: &str) -> Agent {
@@ -104,17 +135,38 @@ async fn cordon_then_drain_then_complete() {
         .map(|p| p.metadata.name.unwrap())
         .collect();
     assert_eq!(left, ["pinned"]);
-    // The agent's entry in the object's status says so, under its own manager.
-    let api = nms.clone();
-    eventually("the object's status shows node-a drained", || {
-        let api = api.clone();
+    // The node's own NodeDrain says so, written by its agent alone.
+    let c = client.clone();
+    eventually("node-a's NodeDrain shows it drained", || {
+        let c = c.clone();
         async move {
-            let nm = api.get("kernel-upgrade").await.unwrap();
-            let e = &nm.data["status"]["nodes"][0];
-            e["nodeName"] == "node-a"
-                && e["phase"] == "Drained"
-                && e["podsRemaining"] == 0
-                && e["drainProgress"] == 100
+            let d = node_drain(&c, "node-a").await;
+            let st = &d["status"];
+            st["phase"] == "Drained"
+                && st["podsRemaining"] == 0
+                && st["maintenances"] == json!(["kernel-upgrade"])
+        }
+    })
+    .await;
+    let d = node_drain(&client, "node-a").await;
+    let managers: Vec<_> = d["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["manager"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        managers.iter().all(|m| m == "maintd/node-a"),
+        "{managers:?}"
+    );
+    assert_eq!(d["metadata"]["ownerReferences"][0]["kind"], "Node");
+    // The maintenance holds the aggregates, from the one status writer.
+    let counted = nms.clone();
+    eventually("the printer columns' counts", || {
+        let api = counted.clone();
+        async move {
+            let st = api.get("kernel-upgrade").await.unwrap().data["status"].clone();
+            st["drainedNodes"] == 1 && st["selectedNodes"] == 1
         }
     })
     .await;
@@ -124,18 +176,10 @@ async fn cordon_then_drain_then_complete() {
         .managed_fields
         .unwrap_or_default()
         .into_iter()
+        .filter(|m| m.subresource.as_deref() == Some("status"))
         .filter_map(|m| m.manager)
         .collect();
-    assert!(
-        managers.contains(&"maintd/node-a".to_string()),
-        "{managers:?}"
-    );
-    let counted = api.clone();
-    eventually("the printer columns' counts", || {
-        let api = counted.clone();
-        async move { api.get("kernel-upgrade").await.unwrap().data["status"]["drainedNodes"] == 1 }
-    })
-    .await;
+    assert_eq!(managers, ["maintd/status-writer"]);
     // Events say what happened, on the Node and on the evicted pods (the
     // recorder writes them as the drain goes, so wait for them).
     let sim_ref = &sim;
@@ -195,12 +239,10 @@ async fn cordon_then_drain_then_complete() {
     }
     let spec = nodes.get("node-a").await.unwrap().spec.unwrap_or_default();
     assert_ne!(spec.unschedulable, Some(true), "uncordoned");
-    eventually("the entry says Completed", || {
-        let api = nms.clone();
-        async move {
-            api.get("kernel-upgrade").await.unwrap().data["status"]["nodes"][0]["phase"]
-                == "Completed"
-        }
+    let c = client.clone();
+    eventually("the NodeDrain says Idle again", || {
+        let c = c.clone();
+        async move { node_drain(&c, "node-a").await["status"]["phase"] == "Idle" }
     })
     .await;
     assert!(
@@ -223,44 +265,38 @@ async fn three_agents_share_one_object_without_overwriting_each_other() {
     }
     let nms: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
     create(&nms, "fleet-cordon", json!({"nodeSelector": {"matchLabels": {"kubernetes.io/os": "linux"}}, "stage": "Cordon", "reason": "rack move"})).await;
-    eventually("every node's entry reads Cordoned", || {
-        let api = nms.clone();
+    let c = client.clone();
+    eventually("every node's NodeDrain reads Cordoned", || {
+        let c = c.clone();
         async move {
-            let nm = api.get("fleet-cordon").await.unwrap();
-            let mut entries: Vec<(String, String)> = nm.data["status"]["nodes"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|e| {
-                            (
-                                e["nodeName"].as_str().unwrap_or("").to_string(),
-                                e["phase"].as_str().unwrap_or("").to_string(),
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            entries.sort();
-            entries
-                == [
-                    ("node-a".into(), "Cordoned".into()),
-                    ("node-b".into(), "Cordoned".into()),
-                    ("node-c".into(), "Cordoned".into()),
-                ]
+            let mut all = true;
+            for node in ["node-a", "node-b", "node-c"] {
+                all &= node_drain(&c, node).await["status"]["phase"] == "Cordoned";
+            }
+            all
         }
     })
     .await;
+    let api = nms.clone();
+    eventually("the maintenance counts three cordoned nodes", || {
+        let api = api.clone();
+        async move {
+            let st = api.get("fleet-cordon").await.unwrap().data["status"].clone();
+            st["selectedNodes"] == 3 && st["cordonedNodes"] == 3
+        }
+    })
+    .await;
+    // One writer for the shared object, whichever agent it is.
     let nm = nms.get("fleet-cordon").await.unwrap();
     let managers: Vec<_> = nm
         .metadata
         .managed_fields
         .unwrap_or_default()
         .into_iter()
+        .filter(|m| m.subresource.as_deref() == Some("status"))
         .filter_map(|m| m.manager)
         .collect();
-    for node in ["node-a", "node-b", "node-c"] {
-        assert!(managers.contains(&format!("maintd/{node}")), "{managers:?}");
-    }
+    assert_eq!(managers, ["maintd/status-writer"]);
     assert!(
         sim.state.audit.entries().iter().all(|e| e.verb != "evict"),
         "Cordon evicts nothing"
@@ -356,9 +392,9 @@ async fn invalid_objects_get_a_condition_naming_the_problem_cause_no_action_and_
     })
     .await;
     let api = nms.clone();
-    eventually("the valid object's entry reads Cordoned", || {
+    eventually("the valid object counts node-a cordoned", || {
         let api = api.clone();
-        async move { api.get("fence").await.unwrap().data["status"]["nodes"][0]["phase"] == "Cordoned" }
+        async move { api.get("fence").await.unwrap().data["status"]["cordonedNodes"] == 1 }
     })
     .await;
     assert!(
@@ -368,8 +404,8 @@ async fn invalid_objects_get_a_condition_naming_the_problem_cause_no_action_and_
     for (name, _, _) in &bad {
         let nm = nms.get(name).await.unwrap();
         assert!(
-            nm.data["status"]["nodes"].is_null(),
-            "{name}: no entry for an object not acted on"
+            nm.data["status"]["selectedNodes"].is_null(),
+            "{name}: no node counted for an object not acted on"
         );
     }
     stop.cancel();
@@ -407,26 +443,36 @@ async fn kubectl_follows_a_drain_over_two_nodes_that_progress_independently() {
         row.len() >= 4 && row[..4] == ["rack-7", "Drain", "2", "1"]
     })
     .await;
-    // Each node's own entry, side by side.
-    let columns = "custom-columns=NODE:.status.nodes[*].nodeName,PHASE:.status.nodes[*].phase,PROGRESS:.status.nodes[*].drainProgress";
-    let shown = k
-        .ok(&["get", "nodemaintenance", "rack-7", "-o", columns])
-        .await;
-    let row: Vec<_> = shown.lines().nth(1).unwrap().split_whitespace().collect();
-    assert_eq!(row[..2], ["node-a,node-b", "Blocked,Drained"], "{shown}");
-    assert!(row[2].ends_with(",100"), "{shown}");
+    // Each node's own status, side by side, and the one that needs
+    // attention named on the maintenance with its blocker.
+    let drains = k.ok(&["get", "nodedrains"]).await;
+    let phases: Vec<(String, String)> = drains
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<_> = l.split_whitespace().collect();
+            (f[0].to_string(), f[1].to_string())
+        })
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            ("node-a".to_string(), "Blocked".to_string()),
+            ("node-b".to_string(), "Drained".to_string())
+        ],
+        "{drains}"
+    );
     let obj = k.json(&["get", "nodemaintenance", "rack-7"]).await;
-    let a = &obj["status"]["nodes"][0];
+    let a = &obj["status"]["attention"][0];
+    assert_eq!(a["nodeName"], "node-a", "{obj}");
     assert!(
-        a["pendingPods"].as_array().unwrap().iter().any(|p| {
-            p["name"].as_str().unwrap().starts_with("web-")
-                && p["blocker"]
-                    .as_str()
-                    .is_some_and(|b| b.contains("disruption budget web"))
-        }),
+        a["blocker"]
+            .as_str()
+            .is_some_and(|b| b.contains("web-") && b.contains("disruption budget web")),
         "node-a names the budget that holds it: {a}"
     );
-    assert!(a["podsRemaining"].as_i64().unwrap() > 0 && a["drainProgress"].as_i64().unwrap() < 100);
+    let d = k.json(&["get", "nodedrain", "node-a"]).await;
+    assert!(d["status"]["podsRemaining"].as_i64().unwrap() > 0, "{d}");
 
     // Deleting the object undoes both.
     k.ok(&["delete", "nodemaintenance", "rack-7"]).await;

@@ -79,12 +79,7 @@ impl Agent {
     /// What reboot slots are taken with: the client, the agent's namespace
     /// (where the slot Leases live; `maintd` outside a pod) and this Node.
     fn slot_context(&self) -> (kube::Client, String, Node) {
-        let namespace = self
-            .config
-            .own_pod
-            .as_ref()
-            .map(|(ns, _)| ns.clone())
-            .unwrap_or_else(|| "maintd".into());
+        let namespace = self.namespace();
         let node: Node = self
             .node
             .by_name(&self.config.node)

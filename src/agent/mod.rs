@@ -213,9 +213,19 @@ impl Agent {
             maintenance: self.maintenance.clone(),
             medik8s: self.medik8s.clone(),
             node_index: self.node.clone(),
+            inhibitor: inhibitor.clone(),
             writes: metrics.status_writes.clone(),
         };
         tokio::spawn(reporter.run(stop.clone()));
+        let writer = crate::report::writer::StatusWriter {
+            client: client.clone(),
+            node: self.config.node.clone(),
+            namespace: self.namespace(),
+            maintenance: self.maintenance.clone(),
+            guard: self.watch_guard(),
+            writes: metrics.status_writes.clone(),
+        };
+        tokio::spawn(writer.run(stop.clone()));
         let recorder = crate::report::events::EventRecorder {
             client,
             node: self.config.node.clone(),
@@ -226,6 +236,16 @@ impl Agent {
         self.start_endpoints(&stop, inhibitor, metrics).await;
         tracing::info!(node = %self.config.node, "watching the node and its pods");
         reconcile::Reconciler::new(self, shutdown).run(stop).await;
+    }
+
+    /// The agent's namespace, where its Leases live (`maintd` when it runs
+    /// outside a pod).
+    pub fn namespace(&self) -> String {
+        self.config
+            .own_pod
+            .as_ref()
+            .map(|(ns, _)| ns.clone())
+            .unwrap_or_else(|| crate::preflight::DEFAULT_NAMESPACE.into())
     }
 
     /// How this agent's watches guard against dead connections.

@@ -11,6 +11,7 @@
 //!   (CEL rules, list-map keys, size limits) added to its schema.
 
 pub mod medik8s;
+pub mod nodedrain;
 mod schema;
 mod select;
 mod stage;
@@ -26,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::drain::plan::PlanEntry;
 
-pub use schema::{CrdError, crd, crd_yaml};
+pub use schema::{CrdError, crd, crd_yaml, nodedrain_crd};
 pub use select::{Effective, effective, selects};
 pub use stage::Stage;
 pub use validate::{MAX_PLAN_ENTRIES, MAX_REASON_LEN, parse, validate};
@@ -49,8 +50,9 @@ pub const NODEMAINTENANCES_PATH: &str = "/apis/maintd.io/v1alpha1/nodemaintenanc
     shortname = "nm",
     status = "NodeMaintenanceStatus",
     printcolumn = r#"{"name":"Stage","type":"string","jsonPath":".spec.stage","description":"How far the maintenance goes: Idle, Cordon, Drain or Complete"}"#,
-    printcolumn = r#"{"name":"Selected","type":"integer","jsonPath":".status.selectedNodes","description":"Nodes whose agent reports in status.nodes"}"#,
-    printcolumn = r#"{"name":"Drained","type":"integer","jsonPath":".status.drainedNodes","description":"Entries of status.nodes in phase Drained"}"#,
+    printcolumn = r#"{"name":"Selected","type":"integer","jsonPath":".status.selectedNodes","description":"Nodes whose agent reports this object selects them"}"#,
+    printcolumn = r#"{"name":"Drained","type":"integer","jsonPath":".status.drainedNodes","description":"Selected nodes whose drain is done"}"#,
+    printcolumn = r#"{"name":"Blocked","type":"integer","jsonPath":".status.blockedNodes","description":"Selected nodes whose drain waits on a blocker","priority":1}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".spec.reason","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -79,81 +81,52 @@ pub struct NodeMaintenanceSpec {
     pub stage_timeout_seconds: Option<i64>,
 }
 
-/// What the agents report. Each agent owns its entry of `nodes` (server-side
-/// apply, field manager `maintd/<node>`).
+/// What the agents report, as aggregates (KEP-4212: per-node detail lives
+/// on the node, in its `NodeDrain`; the maintenance holds counts and the
+/// nodes that need attention). One agent at a time writes it (the holder
+/// of the status-writer Lease), at most every few seconds, so the object
+/// stays small and rarely written whatever the node count.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeMaintenanceStatus {
-    /// One entry per selected node, keyed by nodeName.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub nodes: Vec<NodeStatus>,
-    /// Number of entries in `nodes` (kept for the printer column; CRD
-    /// columns cannot count).
+    /// Nodes whose agent reports this object selects them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selected_nodes: Option<i32>,
-    /// Number of entries of `nodes` in phase Drained.
+    /// Of those, cordoned and waiting (stage Cordon, or not started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cordoned_nodes: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draining_nodes: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_nodes: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drained_nodes: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_nodes: Option<i32>,
+    /// Nodes that need attention (blocked or failed), with their first
+    /// blocker, in name order; at most [`status::MAX_ATTENTION`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attention: Vec<AttentionEntry>,
+    /// How many nodes need attention in all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_total: Option<i32>,
     /// `Valid` (False with the problems when the object is invalid).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
-}
-
-/// One node's progress, written by that node's agent.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeStatus {
-    pub node_name: String,
-    pub phase: Phase,
-    /// The stage the agent acts on (the effective one, which may come from
-    /// another object selecting the same node).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stage: Option<Stage>,
-    #[serde(default)]
-    pub pods_total: i32,
-    #[serde(default)]
-    pub pods_remaining: i32,
-    /// Percent of the plan's pods gone, 0–100.
-    #[serde(default)]
-    pub drain_progress: i32,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pending_pods: Vec<PendingPod>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<Time>,
+    /// When the aggregates were last written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Time>,
 }
 
-/// Where one node's maintenance stands.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-pub enum Phase {
-    /// Selected; nothing done yet.
-    Pending,
-    /// Cordoned and tainted (stage Cordon).
-    Cordoned,
-    /// Evicting pods.
-    Draining,
-    /// Evictions refused (a PodDisruptionBudget); see pendingPods.
-    Blocked,
-    /// Every pod of the plan is gone.
-    Drained,
-    /// Maintenance over; the node is back in service.
-    Completed,
-    /// The drain cannot go on without an operator; see lastError.
-    Failed,
-}
-
-/// A pod the drain is still waiting for.
+/// A node that needs attention, and why.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct PendingPod {
-    pub namespace: String,
-    pub name: String,
-    /// e.g. "terminating", "eviction refused".
-    pub reason: String,
-    /// Who refuses, e.g. "PodDisruptionBudget default/web".
+pub struct AttentionEntry {
+    pub node_name: String,
+    /// The node's phase (Blocked or Failed).
+    pub phase: String,
+    /// Its first blocker ("default/web-1: The disruption budget web ..."),
+    /// or its last error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocker: Option<String>,
 }

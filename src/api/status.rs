@@ -1,26 +1,23 @@
-//! What the agents write into a NodeMaintenance's status, as server-side
-//! apply bodies, decided purely from the object as the watch last saw it.
+//! What is written into a NodeMaintenance's status, as server-side apply
+//! bodies, decided purely from what the writer sees.
 //!
-//! - Each agent applies only its own `nodes[]` entry, as `maintd/<node>`.
-//! - `selectedNodes`/`drainedNodes` (the printer columns; a column cannot
-//!   count) are kept by one agent: the one whose entry sorts first. It
-//!   applies them as `maintd/summary` when they differ from what the entries
-//!   say, so the counts converge once the entries settle, without every
-//!   agent writing on every change.
-//! - The `Valid` condition is applied as `maintd/validation` by any agent
-//!   that finds it differs from what validation says; after the first
-//!   write the others find nothing to do.
+//! One agent at a time writes it (the holder of the status-writer Lease,
+//! field manager [`STATUS_WRITER_MANAGER`]): the counts of the selected
+//! nodes by phase and the nodes that need attention, aggregated from the
+//! nodes' own `NodeDrain` objects, and the `Valid` condition. The object's
+//! size does not grow with the node count.
 
 use serde_json::{Value, json};
 
-use super::{NodeMaintenance, NodeStatus, Phase};
+use super::nodedrain::NodeDrainStatus;
 
-/// Field manager of the printer-column counts.
-pub const SUMMARY_MANAGER: &str = "maintd/summary";
-/// Field manager of the `Valid` condition.
-pub const VALIDATION_MANAGER: &str = "maintd/validation";
+/// Field manager of everything maintd writes into a NodeMaintenance's
+/// status.
+pub const STATUS_WRITER_MANAGER: &str = "maintd/status-writer";
 /// Condition type saying whether the agents accept the object.
 pub const VALID_CONDITION: &str = "Valid";
+/// The most nodes `status.attention` lists.
+pub const MAX_ATTENTION: usize = 50;
 
 fn apply_body(name: &str, status: Value) -> Value {
     json!({
@@ -31,53 +28,95 @@ fn apply_body(name: &str, status: Value) -> Value {
     })
 }
 
-/// The apply body for this agent's own entry (field manager `maintd/<node>`).
-pub fn entry_apply_body(name: &str, entry: &NodeStatus) -> Value {
-    apply_body(name, json!({"nodes": [entry]}))
-}
-
-/// (selected, drained) as the entries say.
-pub fn counts(nm: &NodeMaintenance) -> (i32, i32) {
-    let nodes = nm
-        .status
-        .as_ref()
-        .map(|s| s.nodes.as_slice())
-        .unwrap_or(&[]);
-    let drained = nodes.iter().filter(|e| e.phase == Phase::Drained).count();
-    (clamp(nodes.len()), clamp(drained))
-}
-
 fn clamp(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
-/// The apply body (as [`SUMMARY_MANAGER`]) that corrects the counts, if
-/// `node` is the agent that keeps them and they are off.
-pub fn summary_update(nm: &NodeMaintenance, node: &str) -> Option<Value> {
-    let status = nm.status.as_ref()?;
-    let keeper = status.nodes.iter().map(|e| e.node_name.as_str()).min()?;
-    if keeper != node {
-        return None;
+/// The aggregates of the NodeMaintenance `name` from the nodes' reports:
+/// counts by phase of the nodes that say `name` selects them, and the
+/// first [`MAX_ATTENTION`] (by name) of those blocked or failed, with what
+/// blocks them. Pure; the caller adds the time and writes it.
+pub fn aggregate<'a>(name: &str, drains: impl IntoIterator<Item = &'a NodeDrainStatus>) -> Value {
+    let mut counts = [0usize; 6];
+    let mut attention: Vec<(&str, &str, Option<String>)> = Vec::new();
+    for d in drains {
+        if !d.maintenances.iter().any(|m| m == name) {
+            continue;
+        }
+        counts[0] += 1;
+        // Idle (selected, nothing asked yet) counts as selected only.
+        let slot = match d.phase.as_str() {
+            "Cordoned" => 1,
+            "Draining" => 2,
+            "Blocked" => 3,
+            "Drained" => 4,
+            "Failed" => 5,
+            _ => 0,
+        };
+        if slot > 0 {
+            counts[slot] += 1;
+        }
+        if slot == 3 || slot == 5 {
+            let blocker = d
+                .blockers
+                .first()
+                .map(|b| {
+                    if b.pod.is_empty() {
+                        b.reason.clone()
+                    } else {
+                        format!("{}/{}: {}", b.namespace, b.pod, b.reason)
+                    }
+                })
+                .or_else(|| d.last_error.clone());
+            attention.push((&d.node_name, &d.phase, blocker));
+        }
     }
-    let (selected, drained) = counts(nm);
-    let stored = (status.selected_nodes, status.drained_nodes);
-    (stored != (Some(selected), Some(drained))).then(|| {
-        apply_body(
-            nm.metadata.name.as_deref().unwrap_or_default(),
-            json!({"selectedNodes": selected, "drainedNodes": drained}),
-        )
+    attention.sort_by(|a, b| a.0.cmp(b.0));
+    let total = attention.len();
+    let listed: Vec<Value> = attention
+        .into_iter()
+        .take(MAX_ATTENTION)
+        .map(|(node, phase, blocker)| {
+            let mut e = json!({"nodeName": node, "phase": phase});
+            if let Some(b) = blocker {
+                // A blocker's message can be long; the list stays bounded.
+                e["blocker"] = json!(b.chars().take(256).collect::<String>());
+            }
+            e
+        })
+        .collect();
+    json!({
+        "selectedNodes": clamp(counts[0]),
+        "cordonedNodes": clamp(counts[1]),
+        "drainingNodes": clamp(counts[2]),
+        "blockedNodes": clamp(counts[3]),
+        "drainedNodes": clamp(counts[4]),
+        "failedNodes": clamp(counts[5]),
+        "attention": listed,
+        "attentionTotal": clamp(total),
     })
 }
 
-/// The apply body (as [`VALIDATION_MANAGER`]) that makes the `Valid`
-/// condition say `verdict` (from [`super::validate`] or [`super::parse`]),
-/// or None if it already does. Works on the raw object, so an object that
-/// does not even decode still gets its condition. `now` is RFC 3339.
-pub fn validation_update(
-    obj: &Value,
-    verdict: &Result<(), Vec<String>>,
+/// The apply body for the aggregates (see [`aggregate`]) and the `Valid`
+/// condition, stamped with `now` (RFC 3339).
+pub fn status_apply_body(
+    name: &str,
+    mut aggregates: Value,
+    valid: Option<Value>,
     now: &str,
-) -> Option<Value> {
+) -> Value {
+    aggregates["updatedAt"] = json!(now);
+    if let Some(c) = valid {
+        aggregates["conditions"] = json!([c]);
+    }
+    apply_body(name, aggregates)
+}
+
+/// The `Valid` condition for `obj` given `verdict` (from
+/// [`super::validate`] or [`super::parse`]), keeping the transition time
+/// of the condition the object already has when nothing changed. Works on
+/// the raw object, so an object that does not even decode still gets it.
+pub fn valid_condition(obj: &Value, verdict: &Result<(), Vec<String>>, now: &str) -> Value {
     let (status, reason, message) = match verdict {
         Ok(()) => (
             "True",
@@ -89,101 +128,106 @@ pub fn validation_update(
     let current = obj["status"]["conditions"]
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["type"] == VALID_CONDITION));
-    let same = current.is_some_and(|c| {
-        c["status"] == status && c["reason"] == reason && c["message"] == message.as_str()
-    });
-    // A valid object with no condition needs none: absence is not a problem.
-    if same || (current.is_none() && verdict.is_ok()) {
-        return None;
-    }
+    let since = current
+        .filter(|c| c["status"] == status)
+        .and_then(|c| c["lastTransitionTime"].as_str())
+        .unwrap_or(now);
     let mut condition = json!({
         "type": VALID_CONDITION, "status": status, "reason": reason,
-        "message": message, "lastTransitionTime": now,
+        "message": message, "lastTransitionTime": since,
     });
     if let Some(g) = obj["metadata"]["generation"].as_i64() {
         condition["observedGeneration"] = json!(g);
     }
-    Some(apply_body(
-        obj["metadata"]["name"].as_str().unwrap_or_default(),
-        json!({"conditions": [condition]}),
-    ))
+    condition
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{parse, validate};
+    use crate::api::nodedrain::NodeDrainBlocker;
 
-    fn with_entries(entries: &[(&str, &str)], stored: Option<(i32, i32)>) -> NodeMaintenance {
-        let mut obj = json!({
-            "metadata": {"name": "m"},
-            "spec": {"nodeSelector": {}},
-            "status": {"nodes": entries.iter().map(|(n, p)| json!({"nodeName": n, "phase": p})).collect::<Vec<_>>()},
-        });
-        if let Some((s, d)) = stored {
-            obj["status"]["selectedNodes"] = json!(s);
-            obj["status"]["drainedNodes"] = json!(d);
+    fn drain(node: &str, phase: &str, of: &[&str]) -> NodeDrainStatus {
+        NodeDrainStatus {
+            node_name: node.into(),
+            phase: phase.into(),
+            maintenances: of.iter().map(|s| s.to_string()).collect(),
+            blockers: if phase == "Blocked" {
+                vec![NodeDrainBlocker {
+                    namespace: "default".into(),
+                    pod: format!("web-{node}"),
+                    reason: "budget web".into(),
+                }]
+            } else {
+                vec![]
+            },
+            last_error: (phase == "Failed").then(|| "pods left".to_string()),
+            ..Default::default()
         }
-        parse(&obj).unwrap()
     }
 
     #[test]
-    fn only_the_first_node_keeps_the_counts_and_only_when_they_are_off() {
-        let entries = [
-            ("node-b", "Drained"),
-            ("node-a", "Draining"),
-            ("node-c", "Drained"),
+    fn counts_by_phase_only_the_nodes_the_object_selects() {
+        let drains = [
+            drain("a", "Drained", &["m"]),
+            drain("b", "Blocked", &["m", "other"]),
+            drain("c", "Draining", &["m"]),
+            drain("d", "Cordoned", &["m"]),
+            drain("g", "Idle", &["m"]),
+            drain("e", "Failed", &["m"]),
+            drain("f", "Drained", &["other"]),
         ];
-        let nm = with_entries(&entries, None);
-        let body = summary_update(&nm, "node-a").expect("node-a keeps the counts");
-        assert_eq!(
-            body["status"],
-            json!({"selectedNodes": 3, "drainedNodes": 2})
-        );
-        assert_eq!(summary_update(&nm, "node-b"), None);
-        assert_eq!(
-            summary_update(&with_entries(&entries, Some((3, 2))), "node-a"),
-            None
-        );
-        assert!(summary_update(&with_entries(&entries, Some((3, 1))), "node-a").is_some());
-        assert_eq!(summary_update(&with_entries(&[], None), "node-a"), None);
-    }
-
-    #[test]
-    fn the_valid_condition_is_written_once_and_says_what_is_wrong() {
-        let obj = json!({"metadata": {"name": "m", "generation": 4}, "spec": {"stage": "Later"}});
-        let verdict = parse(&obj).and_then(|nm| validate(&nm));
-        let body = validation_update(&obj, &verdict, "2026-01-01T00:00:00Z").unwrap();
-        let c = &body["status"]["conditions"][0];
+        let a = aggregate("m", &drains);
+        assert_eq!(a["selectedNodes"], 6);
         assert_eq!(
             (
-                c["type"].as_str(),
-                c["status"].as_str(),
-                c["reason"].as_str()
+                &a["cordonedNodes"],
+                &a["drainingNodes"],
+                &a["blockedNodes"],
+                &a["drainedNodes"],
+                &a["failedNodes"]
             ),
-            (Some("Valid"), Some("False"), Some("Invalid"))
+            (&json!(1), &json!(1), &json!(1), &json!(1), &json!(1))
         );
-        assert_eq!(c["observedGeneration"], 4);
-        let msg = c["message"].as_str().unwrap();
-        assert!(
-            msg.contains("spec.stage \"Later\"")
-                && msg.contains("neither nodeName nor nodeSelector"),
-            "{msg}"
+        assert_eq!(
+            a["attention"],
+            json!([
+                {"nodeName": "b", "phase": "Blocked", "blocker": "default/web-b: budget web"},
+                {"nodeName": "e", "phase": "Failed", "blocker": "pods left"},
+            ])
         );
+        assert_eq!(a["attentionTotal"], 2);
+    }
 
-        let mut written = obj.clone();
-        written["status"] = body["status"].clone();
+    #[test]
+    fn the_attention_list_is_bounded_whatever_the_node_count() {
+        let drains: Vec<NodeDrainStatus> = (0..5000)
+            .map(|i| drain(&format!("node-{i:05}"), "Blocked", &["m"]))
+            .collect();
+        let a = aggregate("m", &drains);
+        assert_eq!(a["attention"].as_array().unwrap().len(), MAX_ATTENTION);
+        assert_eq!(a["attention"][0]["nodeName"], "node-00000");
+        assert_eq!(a["attentionTotal"], 5000);
+        assert_eq!(a["blockedNodes"], 5000);
+        let body = status_apply_body("m", a, None, "2026-01-01T00:00:00Z");
+        let size = serde_json::to_vec(&body).unwrap().len();
+        assert!(size < 64 * 1024, "{size} bytes");
+    }
+
+    #[test]
+    fn the_valid_condition_keeps_its_transition_time_while_it_holds() {
+        let obj = json!({
+            "metadata": {"name": "m", "generation": 3},
+            "status": {"conditions": [{"type": "Valid", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+        });
+        let c = valid_condition(&obj, &Err(vec!["bad".into()]), "2026-02-02T00:00:00Z");
+        assert_eq!(c["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        assert_eq!(c["message"], "bad");
+        assert_eq!(c["observedGeneration"], 3);
+        let c = valid_condition(&obj, &Ok(()), "2026-02-02T00:00:00Z");
         assert_eq!(
-            validation_update(&written, &verdict, "2026-01-02T00:00:00Z"),
-            None,
-            "already says so"
-        );
-        // Fixed: flips to True; a valid object never written needs nothing.
-        let fixed = validation_update(&written, &Ok(()), "2026-01-02T00:00:00Z").unwrap();
-        assert_eq!(fixed["status"]["conditions"][0]["status"], "True");
-        assert_eq!(
-            validation_update(&obj, &Ok(()), "2026-01-02T00:00:00Z"),
-            None
+            (&c["status"], &c["lastTransitionTime"]),
+            (&json!("True"), &json!("2026-02-02T00:00:00Z"))
         );
     }
 }

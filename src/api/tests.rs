@@ -340,26 +340,27 @@ fn crd_schema_carries_the_rules_the_derive_cannot() {
         entry["items"]["properties"]["podType"]["enum"],
         json!(["Default", "DaemonSet", "Static"])
     );
-    let nodes = &s["status"]["properties"]["nodes"];
-    assert_eq!(nodes["x-kubernetes-list-type"], "map");
-    assert_eq!(nodes["x-kubernetes-list-map-keys"], json!(["nodeName"]));
-    assert_eq!(
-        nodes["items"]["properties"]["phase"]["enum"],
-        json!([
-            "Pending",
-            "Cordoned",
-            "Draining",
-            "Blocked",
-            "Drained",
-            "Completed",
-            "Failed"
-        ])
-    );
+    let attention = &s["status"]["properties"]["attention"];
+    assert_eq!(attention["x-kubernetes-list-type"], "map");
+    assert_eq!(attention["x-kubernetes-list-map-keys"], json!(["nodeName"]));
+    assert_eq!(attention["maxItems"], 50);
     let cols: Vec<_> = v["additionalPrinterColumns"]
         .as_array()
         .unwrap()
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(cols, ["Stage", "Selected", "Drained", "Reason", "Age"]);
+    assert_eq!(
+        cols,
+        ["Stage", "Selected", "Drained", "Blocked", "Reason", "Age"]
+    );
+    let nd = serde_json::to_value(crate::api::nodedrain_crd().unwrap()).unwrap();
+    assert_eq!(nd["spec"]["scope"], "Cluster");
+    assert_eq!(nd["metadata"]["name"], "nodedrains.maintd.io");
+    let v = &nd["spec"]["versions"][0];
+    assert!(v["subresources"]["status"].is_object());
+    assert_eq!(
+        v["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["blockers"]["maxItems"],
+        10
+    );
 }

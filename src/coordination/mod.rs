@@ -19,7 +19,7 @@
 //! Shutdowns do not take slots: they cannot wait.
 
 mod guard;
-mod lease;
+pub(crate) mod lease;
 mod quorum;
 mod slots;
 

@@ -1,28 +1,30 @@
-//! What the agent tells the cluster about its node. One component applies
-//! the node's entry into every NodeMaintenance that selects it (server-side
-//! apply under `maintd/<node>`, so agents never overwrite each other),
-//! coalesced to at most one write a second per object with the last state
-//! always written, every call bounded by a timeout.
+//! What the agent tells the cluster about its node: its own `NodeDrain`
+//! object (the node's full status, written only by this agent, at most once
+//! a second while it changes), maintd's condition on the Node (changed only
+//! on phase transitions: every write to a Node goes to every component that
+//! watches Nodes), and medik8s' status. The NodeMaintenance aggregates are
+//! written by one agent at a time ([`writer`]). Every call is bounded by a
+//! timeout; failures are retried ever more slowly.
 
 pub mod events;
 mod medik8s;
+pub mod writer;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use http::Request;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::status::{
-    SUMMARY_MANAGER, VALIDATION_MANAGER, entry_apply_body, summary_update, validation_update,
-};
-use crate::api::{self, NodeStatus, PendingPod, Phase as ApiPhase, Stage};
-use crate::drain::progress::{DrainStatus, Phase, Progress};
+use crate::api;
+use crate::api::nodedrain::{self, NODEDRAINS_PATH, NodeDrainStatus};
+use crate::drain::progress::{Phase, Progress};
 use crate::index::Index;
+use crate::inhibitor::InhibitorStatus;
 use crate::trigger::maintenance::MaintenanceTrigger;
 
-/// Writes NodeMaintenance status for one node.
+/// Writes this node's status objects.
 pub struct StatusReporter {
     pub client: kube::Client,
     pub node: String,
@@ -31,6 +33,8 @@ pub struct StatusReporter {
     /// medik8s' NodeMaintenance objects, with `--medik8s`.
     pub medik8s: Option<MaintenanceTrigger>,
     pub node_index: Index,
+    /// The shutdown lock, when the agent holds one.
+    pub inhibitor: Option<tokio::sync::watch::Receiver<InhibitorStatus>>,
     /// Counts the writes (`maintd_status_writes_total`).
     pub writes: prometheus_client::metrics::counter::Counter,
 }
@@ -68,69 +72,27 @@ impl RetryPace {
     }
 }
 
-/// This node's entry from the drain's status and the object's stage.
-pub fn entry(node: &str, stage: &Stage, st: &DrainStatus) -> NodeStatus {
-    let phase = match (stage, st.phase) {
-        (Stage::Complete, _) => ApiPhase::Completed,
-        (_, Phase::Idle) => ApiPhase::Pending,
-        (_, Phase::Cordoned) => ApiPhase::Cordoned,
-        (_, Phase::Draining) => ApiPhase::Draining,
-        (_, Phase::Blocked) => ApiPhase::Blocked,
-        (_, Phase::Drained) => ApiPhase::Drained,
-        (_, Phase::Failed) => ApiPhase::Failed,
-    };
-    let total = i32::try_from(st.pods_total).unwrap_or(i32::MAX);
-    let remaining = i32::try_from(st.pods_remaining).unwrap_or(i32::MAX);
-    let progress = if total == 0 {
-        if phase == ApiPhase::Drained { 100 } else { 0 }
-    } else {
-        (total - remaining) * 100 / total
-    };
-    let time = |t: &Option<String>| {
-        t.as_deref()
-            .and_then(|s| s.parse().ok())
-            .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time)
-    };
-    NodeStatus {
-        node_name: node.to_string(),
-        phase,
-        stage: Some(stage.clone()),
-        pods_total: total,
-        pods_remaining: remaining,
-        drain_progress: progress.clamp(0, 100),
-        pending_pods: st
-            .blockers
-            .iter()
-            .filter(|b| !b.pod.is_empty())
-            .map(|b| PendingPod {
-                namespace: b.namespace.clone(),
-                name: b.pod.clone(),
-                reason: "eviction refused".into(),
-                blocker: Some(b.reason.clone()),
-            })
-            .collect(),
-        last_error: st.last_error.clone(),
-        started_at: time(&st.started_at),
-        updated_at: time(&st.updated_at),
-    }
-}
+/// What was last written of the NodeDrain: the Node's uid it is owned by,
+/// and the status (without its time).
+type WrittenDrain = Option<(String, NodeDrainStatus)>;
 
 impl StatusReporter {
-    /// Runs until `stop`: wakes on drain progress and on the objects
-    /// changing, writes at most once a second; after a failed write, waits
-    /// longer each time (up to a minute) so a refused write (RBAC, a
-    /// missing CRD) from thousands of agents does not flood the API.
+    /// Runs until `stop`: wakes on drain progress, the lock and the
+    /// objects changing, writes at most once a second; after a failed
+    /// write, waits longer each time (up to a minute) so a refused write
+    /// (RBAC, a missing CRD) from thousands of agents does not flood the API.
     pub async fn run(self, stop: CancellationToken) {
         let mut events = self.progress.subscribe();
         let mut objects = self.maintenance.index.changes();
         let mut medik8s_objects = self.medik8s.as_ref().map(|m| m.index.changes());
-        let mut written: BTreeMap<String, Value> = BTreeMap::new();
+        let mut lock = self.inhibitor.clone();
+        let mut written: WrittenDrain = None;
         let mut written_medik8s = BTreeMap::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut dirty = true;
         let mut pace = RetryPace::default();
-        let mut condition: Option<(String, String, String)> = None;
+        let mut condition: Option<(String, String, Vec<String>)> = None;
         loop {
             tokio::select! {
                 _ = events.recv() => dirty = true,
@@ -141,13 +103,19 @@ impl StatusReporter {
                         None => std::future::pending().await,
                     }
                 } => dirty = true,
+                r = async {
+                    match lock.as_mut() {
+                        Some(rx) => rx.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => { if r.is_err() { lock = None } dirty = true }
                 _ = tick.tick() => {
                     let now = tokio::time::Instant::now();
                     if dirty && pace.ready(now) {
-                        let objects_ok = self.write_all(&mut written).await;
+                        let drain_ok = self.write_node_drain(&mut written).await;
                         let medik8s_ok = self.write_medik8s(&mut written_medik8s).await;
                         let node_ok = self.write_condition(&mut condition).await;
-                        dirty = !(objects_ok && medik8s_ok && node_ok);
+                        dirty = !(drain_ok && medik8s_ok && node_ok);
                         pace.record(!dirty, now);
                     }
                 }
@@ -156,83 +124,72 @@ impl StatusReporter {
         }
     }
 
-    /// Applies this node's entry to every object selecting it, skipping an
-    /// entry identical to the last one written. Returns false if a write
-    /// failed (it is retried on the next tick).
-    async fn write_all(&self, written: &mut BTreeMap<String, Value>) -> bool {
+    /// Writes this node's `NodeDrain` when what it says changed: the
+    /// object itself (owned by the Node, so it goes with it) the first
+    /// time, then its status. Returns false if a write failed.
+    async fn write_node_drain(&self, written: &mut WrittenDrain) -> bool {
+        // Until the Node is known there is no uid to own the object.
         let Some(node) = self.node_index.by_name(&self.node) else {
             return true;
         };
-        let eval = self.maintenance.evaluate(&node);
-        let st = self.progress.status();
-        let mut ok = true;
-        // Keyed by uid: an object deleted and created again under the same
-        // name gets its entry written afresh.
-        let key_of = |nm: &api::NodeMaintenance| {
-            let meta = &nm.metadata;
-            meta.uid
-                .clone()
-                .or_else(|| meta.name.clone())
-                .unwrap_or_default()
+        let Some(uid) = node["metadata"]["uid"].as_str().map(str::to_string) else {
+            return true;
         };
-        written.retain(|uid, _| eval.valid.iter().any(|nm| key_of(nm) == *uid));
-        for nm in eval.valid.iter().filter(|nm| api::selects(nm, &node)) {
-            let name = nm.metadata.name.clone().unwrap_or_default();
-            let uid = key_of(nm);
-            let mut e = entry(&self.node, &nm.spec.stage, &st);
-            // The entry's times change on every update; compare without them.
-            let key = serde_json::to_value(NodeStatus {
-                updated_at: None,
-                ..e.clone()
-            })
-            .unwrap_or_default();
-            // The counts are judged on the object as last seen, whether or
-            // not this entry changed.
-            if let Some(body) = summary_update(nm, &self.node) {
-                ok &= self
-                    .apply(api::NODEMAINTENANCES_PATH, &name, SUMMARY_MANAGER, body)
-                    .await;
-            }
-            if written.get(&uid) == Some(&key) {
-                continue;
-            }
-            if e.updated_at.is_none() {
-                e.updated_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                    jiff::Timestamp::now(),
-                ));
-            }
-            let body = entry_apply_body(&name, &e);
-            if self
-                .apply(api::NODEMAINTENANCES_PATH, &name, &self.manager(), body)
-                .await
-            {
-                written.insert(uid, key);
-            } else {
-                ok = false;
+        let eval = self.maintenance.evaluate(&node);
+        let mut maintenances: Vec<String> = eval
+            .valid
+            .iter()
+            .filter(|nm| api::selects(nm, &node))
+            .filter_map(|nm| nm.metadata.name.clone())
+            .collect();
+        maintenances.sort();
+        let lock_held = self.inhibitor.as_ref().map(|i| i.borrow().held);
+        let st =
+            nodedrain::from_drain(&self.node, &self.progress.status(), maintenances, lock_held);
+        if written.as_ref().is_some_and(|(u, w)| *u == uid && *w == st) {
+            return true;
+        }
+        if written.as_ref().is_none_or(|(u, _)| *u != uid) {
+            let object = json!({
+                "apiVersion": "maintd.io/v1alpha1", "kind": "NodeDrain",
+                "metadata": {
+                    "name": self.node,
+                    "ownerReferences": [{
+                        "apiVersion": "v1", "kind": "Node", "name": self.node, "uid": uid,
+                    }],
+                },
+                "spec": {},
+            });
+            let path = format!(
+                "{NODEDRAINS_PATH}/{}?fieldManager={}&force=true",
+                self.node,
+                self.manager()
+            );
+            if !self.patch_apply(path, &object).await {
+                return false;
             }
         }
-        // An invalid object that selects nobody in particular still gets a
-        // condition saying what is wrong (the same from every agent).
-        let now = crate::drain::progress::now_time();
-        for bad in &eval.invalid {
-            if let Some(body) = validation_update(&bad.object, &Err(bad.problems.clone()), &now) {
-                ok &= self
-                    .apply(
-                        api::NODEMAINTENANCES_PATH,
-                        &bad.name,
-                        VALIDATION_MANAGER,
-                        body,
-                    )
-                    .await;
-            }
+        let mut stamped = st.clone();
+        stamped.updated_at = Some(crate::drain::progress::now_time());
+        let body = json!({
+            "apiVersion": "maintd.io/v1alpha1", "kind": "NodeDrain",
+            "metadata": {"name": self.node},
+            "status": stamped,
+        });
+        let ok = self
+            .apply(NODEDRAINS_PATH, &self.node, &self.manager(), body)
+            .await;
+        if ok {
+            *written = Some((uid, st));
         }
         ok
     }
 
     /// maintd's condition on the Node (type `MaintdDrain`): True while the
-    /// node is draining or drained, with the progress and the first blocker.
-    /// Written only when it changes.
-    async fn write_condition(&self, last: &mut Option<(String, String, String)>) -> bool {
+    /// node is draining or drained. Written only when the phase or the
+    /// triggers change, never for progress: the details are in the node's
+    /// NodeDrain.
+    async fn write_condition(&self, last: &mut Option<(String, String, Vec<String>)>) -> bool {
         let st = self.progress.status();
         let (status, reason) = match st.phase {
             Phase::Idle => ("False", "Idle"),
@@ -242,26 +199,20 @@ impl StatusReporter {
             Phase::Drained => ("True", "Drained"),
             Phase::Failed => ("False", "Failed"),
         };
-        let gone = st.pods_total.saturating_sub(st.pods_remaining);
-        let mut message = if st.triggers.is_empty() {
-            "no maintenance".to_string()
-        } else {
-            format!(
-                "{gone}/{} pods drained for {}",
-                st.pods_total,
-                st.triggers.join(", ")
-            )
-        };
-        if let Some(b) = st.blockers.first() {
-            message.push_str(&format!(
-                "; waiting on {}/{}: {}",
-                b.namespace, b.pod, b.reason
-            ));
-        }
-        let now = (status.to_string(), reason.to_string(), message.clone());
+        let now = (status.to_string(), reason.to_string(), st.triggers.clone());
         if last.as_ref() == Some(&now) {
             return true;
         }
+        let message = if st.triggers.is_empty() {
+            "no maintenance".to_string()
+        } else {
+            format!(
+                "{} for {}; progress and blockers: kubectl get nodedrain {}",
+                reason.to_lowercase(),
+                st.triggers.join(", "),
+                self.node
+            )
+        };
         let time = crate::drain::progress::now_time();
         let body = serde_json::json!({
             "apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node},

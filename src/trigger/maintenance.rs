@@ -155,7 +155,10 @@ impl MaintenanceTrigger {
             match resource_exists(&client, self.path).await {
                 Ok(Presence::Present) => break,
                 Ok(Presence::Absent) => {
-                    if !self.absent.send_replace(true) {
+                    // Readiness changes with it: wake whoever judges it.
+                    let was = self.absent.send_replace(true);
+                    self.index.touch();
+                    if !was {
                         tracing::info!(
                             path = self.path,
                             "the {} CRD is not installed; that trigger is off until it is",
@@ -169,8 +172,8 @@ impl MaintenanceTrigger {
                         self.kind, self.path
                     );
                     tracing::warn!("{why}");
-                    self.index.note_error(why);
                     self.absent.send_replace(true);
+                    self.index.note_error(why);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "checking for the {} CRD", self.kind);

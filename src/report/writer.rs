@@ -1,0 +1,310 @@
+//! The NodeMaintenance status writer: one agent at a time, the holder of
+//! the `maintd-status-writer` Lease in the agent's namespace, aggregates
+//! the nodes' `NodeDrain` objects into each NodeMaintenance's status
+//! (counts by phase, the nodes that need attention, the `Valid`
+//! condition), at most once every [`WRITE_EVERY`] per object and only when
+//! something changed.
+//!
+//! Only the holder watches the NodeDrain objects; the other agents watch
+//! the Lease alone (a renewal every 20 s) and take it over, after a random
+//! pause so they do not all try at once, when it has not been renewed for
+//! its duration. Where no NodeMaintenance exists, nobody takes it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::nodedrain::{NODEDRAINS_PATH, NodeDrainStatus};
+use crate::api::status::{STATUS_WRITER_MANAGER, aggregate, status_apply_body, valid_condition};
+use crate::api::{self, NODEMAINTENANCES_PATH};
+use crate::coordination::lease::{self as lease_body, SlotState};
+use crate::index::{Index, WatchGuard, WatchTarget};
+use crate::trigger::maintenance::MaintenanceTrigger;
+
+/// The Lease that says which agent writes NodeMaintenance status.
+pub const LEASE_NAME: &str = "maintd-status-writer";
+/// How long a hold lasts without renewal.
+const LEASE_DURATION: Duration = Duration::from_secs(60);
+/// The holder renews this often.
+const RENEW_EVERY: Duration = Duration::from_secs(20);
+/// At most one status write per object this often.
+pub const WRITE_EVERY: Duration = Duration::from_secs(5);
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One agent's part in writing NodeMaintenance status.
+pub struct StatusWriter {
+    pub client: kube::Client,
+    /// This agent's node: its identity in the Lease.
+    pub node: String,
+    /// Where the Lease lives (the agent's namespace).
+    pub namespace: String,
+    pub maintenance: MaintenanceTrigger,
+    pub guard: WatchGuard,
+    pub writes: prometheus_client::metrics::counter::Counter,
+}
+
+/// The holder's view while it holds: the NodeDrain objects, and what it
+/// wrote last per NodeMaintenance (uid → aggregates and condition).
+struct Holding {
+    drains: Index,
+    stop: CancellationToken,
+    written: BTreeMap<String, Value>,
+    last_write: Option<Instant>,
+}
+
+impl StatusWriter {
+    /// Runs until `stop`.
+    pub async fn run(self, stop: CancellationToken) {
+        let leases = Index::new();
+        let target = WatchTarget::new(
+            format!(
+                "/apis/coordination.k8s.io/v1/namespaces/{}/leases",
+                self.namespace
+            ),
+            Some(format!("metadata.name={LEASE_NAME}")),
+            self.guard.clone(),
+        );
+        tokio::spawn(
+            leases
+                .clone()
+                .run(self.client.clone(), target, stop.clone()),
+        );
+        let mut lease_changes = leases.changes();
+        let mut objects = self.maintenance.index.changes();
+        let mut holding: Option<Holding> = None;
+        // A random pause before taking a free Lease: thousands of agents
+        // see it expire at the same moment.
+        let mut try_at: Option<Instant> = None;
+        loop {
+            let now = Instant::now();
+            let interested = !self.maintenance.index.all().is_empty();
+            let lease = leases
+                .by_name(LEASE_NAME)
+                .and_then(|l| serde_json::from_value::<Lease>((*l).clone()).ok());
+            let state = lease
+                .as_ref()
+                .map(|l| lease_body::slot_state(l, Timestamp::now()))
+                .unwrap_or(SlotState::Free);
+            let mine = matches!(&state, SlotState::Held { holder, expired: false } if *holder == self.node);
+            let mut wake: Option<Instant> = None;
+            if mine && interested {
+                let h = holding.get_or_insert_with(|| self.start_holding(&stop));
+                let renew_at = lease.as_ref().and_then(renewed_at).map(|t| t + RENEW_EVERY);
+                if renew_at.is_none_or(|t| t <= now) {
+                    if let Some(l) = &lease {
+                        self.write_lease(lease_body::renewed(l, Timestamp::now()), true)
+                            .await;
+                    }
+                    wake = Some(now + RENEW_EVERY);
+                } else {
+                    wake = renew_at;
+                }
+                let due = h.last_write.is_none_or(|t| t + WRITE_EVERY <= now);
+                if due && h.drains.synced() {
+                    self.write_all(h).await;
+                    h.last_write = Some(Instant::now());
+                }
+                let next_write = h.last_write.map(|t| t + WRITE_EVERY);
+                wake = [wake, next_write].into_iter().flatten().min();
+            } else {
+                if let Some(h) = holding.take() {
+                    h.stop.cancel();
+                }
+                let free = match &state {
+                    SlotState::Free => true,
+                    SlotState::Held { expired, .. } => *expired,
+                };
+                if interested && free && leases.synced() {
+                    let at = *try_at.get_or_insert_with(|| {
+                        now + Duration::from_millis(rand::random_range(0..5_000))
+                    });
+                    if at <= now {
+                        try_at = None;
+                        let taken = match &lease {
+                            Some(l) => lease_body::taken_over(
+                                l,
+                                &self.node,
+                                LEASE_DURATION,
+                                Timestamp::now(),
+                            ),
+                            None => self.new_lease(),
+                        };
+                        self.write_lease(taken, lease.is_some()).await;
+                    } else {
+                        wake = Some(at);
+                    }
+                } else {
+                    try_at = None;
+                    // A hold that lapses without a renewal: look again then.
+                    wake = lease
+                        .as_ref()
+                        .and_then(renewed_at)
+                        .map(|t| t + LEASE_DURATION + Duration::from_secs(1))
+                        .filter(|t| *t > now);
+                }
+            }
+            let drains = holding.as_ref().map(|h| h.drains.clone());
+            tokio::select! {
+                _ = async {
+                    match wake {
+                        Some(t) => tokio::time::sleep_until(t).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
+                _ = lease_changes.changed() => {}
+                _ = objects.changed() => {}
+                _ = async {
+                    match drains {
+                        // Changes are picked up by the next write, at most
+                        // every WRITE_EVERY; this only wakes the loop.
+                        Some(d) => d.changes().changed().await.map(|_| ()).unwrap_or(()),
+                        None => std::future::pending().await,
+                    }
+                } => {}
+                _ = stop.cancelled() => return,
+            }
+        }
+    }
+
+    fn start_holding(&self, stop: &CancellationToken) -> Holding {
+        tracing::info!(node = %self.node, "writing NodeMaintenance status for the cluster (holding {LEASE_NAME})");
+        let drains = Index::new();
+        let child = stop.child_token();
+        let target = WatchTarget::new(NODEDRAINS_PATH, None, self.guard.clone());
+        tokio::spawn(
+            drains
+                .clone()
+                .run(self.client.clone(), target, child.clone()),
+        );
+        Holding {
+            drains,
+            stop: child,
+            written: BTreeMap::new(),
+            last_write: None,
+        }
+    }
+
+    fn new_lease(&self) -> Lease {
+        let mut l = lease_body::new_held(
+            LEASE_NAME,
+            &self.namespace,
+            "status-writer",
+            &self.node,
+            LEASE_DURATION,
+            Timestamp::now(),
+        );
+        l.metadata.labels = None;
+        l
+    }
+
+    /// Creates (`replace` false) or replaces the Lease; a conflict means
+    /// another agent got there first, which the watch will show.
+    async fn write_lease(&self, lease: Lease, replace: bool) {
+        let base = format!(
+            "/apis/coordination.k8s.io/v1/namespaces/{}/leases",
+            self.namespace
+        );
+        let body = serde_json::to_vec(&lease).unwrap_or_default();
+        let req = if replace {
+            http::Request::put(format!("{base}/{LEASE_NAME}"))
+        } else {
+            http::Request::post(base)
+        };
+        let Ok(req) = req.header("content-type", "application/json").body(body) else {
+            return;
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, self.client.request::<Value>(req)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(kube::Error::Api(s))) if s.code == 409 => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "writing the {LEASE_NAME} Lease"),
+            Err(_) => tracing::warn!("writing the {LEASE_NAME} Lease timed out"),
+        }
+    }
+
+    /// Writes every NodeMaintenance whose aggregates or condition changed.
+    async fn write_all(&self, h: &mut Holding) {
+        let drains: Vec<NodeDrainStatus> = h
+            .drains
+            .all()
+            .iter()
+            .filter_map(|d| serde_json::from_value(d["status"].clone()).ok())
+            .collect();
+        let objects: Vec<Arc<Value>> = self.maintenance.index.all();
+        let uids: Vec<String> = objects.iter().map(|o| uid_of(o)).collect();
+        h.written.retain(|uid, _| uids.contains(uid));
+        let now = crate::drain::progress::now_time();
+        for obj in &objects {
+            let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+            let verdict = api::parse(obj).and_then(|nm| api::validate(&nm));
+            let mut status = if verdict.is_ok() {
+                aggregate(name, &drains)
+            } else {
+                serde_json::json!({})
+            };
+            status["conditions"] = serde_json::json!([valid_condition(obj, &verdict, &now)]);
+            // Compared without the condition's transition time, which is
+            // the write's own time for a new condition.
+            let mut key = status.clone();
+            key["conditions"][0]["lastTransitionTime"] = Value::Null;
+            let uid = uid_of(obj);
+            if h.written.get(&uid) == Some(&key) {
+                continue;
+            }
+            let conditions = status["conditions"][0].take();
+            let body = status_apply_body(name, status, Some(conditions), &now);
+            let path = format!(
+                "{NODEMAINTENANCES_PATH}/{name}/status?fieldManager={STATUS_WRITER_MANAGER}&force=true"
+            );
+            if self.apply(path, &body).await {
+                h.written.insert(uid, key);
+            }
+        }
+    }
+
+    async fn apply(&self, path: String, body: &Value) -> bool {
+        let Ok(req) = http::Request::patch(path.clone())
+            .header("content-type", "application/apply-patch+yaml")
+            .body(serde_json::to_vec(body).unwrap_or_default())
+        else {
+            return false;
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, self.client.request::<Value>(req)).await {
+            Ok(Ok(_)) => {
+                self.writes.inc();
+                true
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(%path, error = %e, "writing NodeMaintenance status; will retry");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(%path, "writing NodeMaintenance status timed out; will retry");
+                false
+            }
+        }
+    }
+}
+
+fn uid_of(o: &Value) -> String {
+    o["metadata"]["uid"]
+        .as_str()
+        .or(o["metadata"]["name"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// When the Lease was last renewed (or taken), as an Instant of this
+/// process (clocks of different nodes compared, as leader election does).
+fn renewed_at(lease: &Lease) -> Option<Instant> {
+    let spec = lease.spec.as_ref()?;
+    let t = spec.renew_time.as_ref().or(spec.acquire_time.as_ref())?.0;
+    let ago = Timestamp::now().duration_since(t);
+    let ago = Duration::try_from(ago).unwrap_or(Duration::ZERO);
+    Instant::now().checked_sub(ago)
+}
