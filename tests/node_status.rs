@@ -1,0 +1,186 @@
+//! Per-node status at scale: each node's NodeDrain is its own small object,
+//! owned by its Node; a NodeMaintenance over thousands of nodes gets
+//! aggregates of a bounded size from the one status writer.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, PostParams};
+use maintd::agent::Agent;
+use maintd::config::Config;
+use maintd::report::writer::StatusWriter;
+use maintd::sim::SimCluster;
+use maintd::sim::resources::Gr;
+use maintd::sim::verbs::{self, Writer};
+use maintd::trigger::maintenance::MaintenanceTrigger;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+async fn install(client: &kube::Client) {
+    for crd in [
+        maintd::api::crd().unwrap(),
+        maintd::api::nodedrain_crd().unwrap(),
+    ] {
+        Api::<CustomResourceDefinition>::all(client.clone())
+            .create(&PostParams::default(), &crd)
+            .await
+            .unwrap();
+    }
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "maintd"}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+}
+
+/// Writes `n` NodeDrain objects straight into the simulator's store, as
+/// `n` agents would have: a third Blocked, the rest Drained, all selected
+/// by `fleet`.
+fn seed_drains(sim: &SimCluster, n: usize) {
+    let def = sim
+        .state
+        .store()
+        .resource(&Gr::new("maintd.io", "nodedrains"))
+        .expect("the NodeDrain CRD is served");
+    for i in 0..n {
+        let node = format!("node-{i:05}");
+        let blocked = i % 3 == 0;
+        let obj = json!({
+            "apiVersion": "maintd.io/v1alpha1", "kind": "NodeDrain",
+            "metadata": {"name": node}, "spec": {},
+            "status": {
+                "nodeName": node,
+                "phase": if blocked { "Blocked" } else { "Drained" },
+                "podsTotal": 12, "podsRemaining": if blocked { 2 } else { 0 },
+                "progress": if blocked { "10/12" } else { "12/12" },
+                "blockers": if blocked {
+                    json!([{"namespace": "shop", "pod": format!("web-{i}"), "reason": "The disruption budget web needs 3 healthy pods and has 3 currently"}])
+                } else { json!([]) },
+                "blockersTotal": i64::from(blocked),
+                "maintenances": ["fleet"],
+            },
+        });
+        let writer = Writer {
+            manager: format!("maintd/{node}"),
+            force: true,
+        };
+        verbs::create(&sim.state, &def, None, obj, &writer, true).expect("NodeDrain stored");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maintenance_over_3000_nodes_gets_right_aggregates_of_a_bounded_size() {
+    let sim = sim().await;
+    let client = sim.client();
+    install(&client).await;
+    let k = common::kubectl::Kubectl::new(&sim);
+    k.apply_yaml(
+        "apiVersion: maintd.io/v1alpha1\nkind: NodeMaintenance\nmetadata:\n  name: fleet\nspec:\n  nodeSelector: {}\n  stage: Drain\n",
+    )
+    .await;
+    seed_drains(&sim, 3000);
+    // One agent's status writer: it takes the Lease and aggregates.
+    let maintenance = MaintenanceTrigger::new();
+    let stop = CancellationToken::new();
+    let agent_client = sim.agent_client("node-00000");
+    tokio::spawn(
+        maintenance
+            .clone()
+            .run(agent_client.clone(), Default::default(), stop.clone()),
+    );
+    let writer = StatusWriter {
+        client: agent_client,
+        node: "node-00000".into(),
+        namespace: "maintd".into(),
+        maintenance,
+        guard: Default::default(),
+        writes: Default::default(),
+    };
+    tokio::spawn(writer.run(stop.clone()));
+    let k_ref = &k;
+    eventually("the aggregates cover 3000 nodes", || async move {
+        k_ref.json(&["get", "nm", "fleet"]).await["status"]["selectedNodes"] == 3000
+    })
+    .await;
+    let obj = k.json(&["get", "nm", "fleet"]).await;
+    let st = &obj["status"];
+    assert_eq!(
+        (
+            &st["blockedNodes"],
+            &st["drainedNodes"],
+            &st["attentionTotal"]
+        ),
+        (&json!(1000), &json!(2000), &json!(1000))
+    );
+    let attention = st["attention"].as_array().unwrap();
+    assert_eq!(attention.len(), 50, "a bounded list of who needs attention");
+    assert_eq!(attention[0]["nodeName"], "node-00000");
+    assert_eq!(attention[1]["nodeName"], "node-00003");
+    assert!(
+        attention[0]["blocker"]
+            .as_str()
+            .unwrap()
+            .starts_with("shop/web-0: The disruption budget web"),
+        "{}",
+        attention[0]
+    );
+    let size = serde_json::to_vec(&obj).unwrap().len();
+    println!("NodeMaintenance over 3000 nodes: {size} bytes");
+    assert!(size < 64 * 1024, "{size} bytes");
+    let table = k.ok(&["get", "nodemaintenances"]).await;
+    let row: Vec<_> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[..4], ["fleet", "Drain", "3000", "2000"], "{table}");
+    // The writer holds the Lease; one writer manages the status.
+    let lease = k
+        .json(&["get", "lease", "maintd-status-writer", "-n", "maintd"])
+        .await;
+    assert_eq!(lease["spec"]["holderIdentity"], "node-00000");
+    stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodes_nodedrain_is_written_by_its_agent_and_goes_with_the_node() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    install(&client).await;
+    let agent = Agent::new(
+        Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap()),
+        sim.agent_client("node-a"),
+    );
+    let stop = CancellationToken::new();
+    tokio::spawn(agent.run(stop.clone()));
+    let k = common::kubectl::Kubectl::new(&sim);
+    let k_ref = &k;
+    eventually("node-a's NodeDrain reads Idle", || async move {
+        let (ok, out, _) = k_ref
+            .run(&["get", "nodedrain", "node-a", "-o", "json"])
+            .await;
+        ok && serde_json::from_str::<Value>(&out).is_ok_and(|d| d["status"]["phase"] == "Idle")
+    })
+    .await;
+    taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
+    eventually("node-a's NodeDrain reads Drained", || async move {
+        k_ref.json(&["get", "nodedrain", "node-a"]).await["status"]["phase"] == "Drained"
+    })
+    .await;
+    let d = k.json(&["get", "nodedrain", "node-a"]).await;
+    assert_eq!(
+        d["status"]["triggers"][0],
+        "taint maintd.io/drain=kernel:NoSchedule"
+    );
+    stop.cancel();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Deleting the Node deletes its NodeDrain (owner reference).
+    Api::<Node>::all(client.clone())
+        .delete("node-a", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("node-a's NodeDrain is gone with the Node", || async move {
+        !k_ref.run(&["get", "nodedrain", "node-a"]).await.0
+    })
+    .await;
+}
