@@ -27,6 +27,9 @@ pub struct WatchTarget {
     pub field_selector: Option<String>,
     /// How the watch guards against a dead connection.
     pub guard: WatchGuard,
+    /// Ask for metadata only (`PartialObjectMetadata`): the objects' specs
+    /// and statuses are not sent, only names, uids, generations, labels.
+    pub metadata_only: bool,
 }
 
 impl WatchTarget {
@@ -35,9 +38,23 @@ impl WatchTarget {
             path: path.into(),
             field_selector,
             guard,
+            metadata_only: false,
         }
     }
+
+    /// The same watch, of the objects' metadata only.
+    pub fn metadata_only(mut self) -> Self {
+        self.metadata_only = true;
+        self
+    }
 }
+
+/// What a metadata-only list asks for (the API server falls back to full
+/// objects where it cannot, which the index reads just as well).
+const ACCEPT_METADATA_LIST: &str =
+    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+const ACCEPT_METADATA: &str =
+    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
 
 /// How a watch notices a dead connection, and where it reports contact
 /// with the API server.
@@ -230,6 +247,34 @@ impl Index {
         }
     }
 
+    /// Puts one object in (replacing the one with its uid).
+    pub fn upsert(&self, obj: Value) {
+        let Some(uid) = uid_of(&obj) else { return };
+        self.lock().objects.insert(uid, Arc::new(obj));
+        self.bump();
+    }
+
+    /// Takes the object with `uid` out.
+    pub fn remove(&self, uid: &str) {
+        if self.lock().objects.remove(uid).is_some() {
+            self.bump();
+        }
+    }
+
+    /// Marks the index as holding a full view (for an index filled by
+    /// [`Index::upsert`] rather than by [`Index::run`]).
+    pub fn mark_synced(&self) {
+        let mut inner = self.lock();
+        if inner.synced && inner.failing_since.is_none() {
+            return;
+        }
+        inner.synced = true;
+        inner.failing_since = None;
+        inner.last_error = None;
+        drop(inner);
+        self.bump();
+    }
+
     fn replace_all(&self, items: Vec<Value>) {
         let mut inner = self.lock();
         inner.objects = items
@@ -301,7 +346,7 @@ impl Index {
                 lp = lp.fields(fs);
             }
             let list = tokio::select! {
-                r = tokio::time::timeout(idle, list_all(&client, &req, &lp)) => r,
+                r = tokio::time::timeout(idle, list_all(&client, &req, &lp, target.metadata_only)) => r,
                 _ = stop.cancelled() => return,
             };
             let mut rv = match list {
@@ -332,7 +377,15 @@ impl Index {
                     wp = wp.fields(fs);
                 }
                 let http_req = match req.watch(&wp, &rv) {
-                    Ok(r) => r,
+                    Ok(mut r) => {
+                        if target.metadata_only {
+                            r.headers_mut().insert(
+                                http::header::ACCEPT,
+                                http::HeaderValue::from_static(ACCEPT_METADATA),
+                            );
+                        }
+                        r
+                    }
                     Err(e) => {
                         self.set_error(format!("building watch request: {e}"));
                         return;
@@ -421,12 +474,19 @@ async fn list_all(
     client: &kube::Client,
     req: &Request,
     lp: &ListParams,
+    metadata_only: bool,
 ) -> Result<(Vec<Value>, String), kube::Error> {
     let mut items = Vec::new();
     let mut lp = lp.clone();
     lp.limit = Some(500);
     loop {
-        let http_req = req.list(&lp).map_err(kube::Error::BuildRequest)?;
+        let mut http_req = req.list(&lp).map_err(kube::Error::BuildRequest)?;
+        if metadata_only {
+            http_req.headers_mut().insert(
+                http::header::ACCEPT,
+                http::HeaderValue::from_static(ACCEPT_METADATA_LIST),
+            );
+        }
         let page: ObjectList<Value> = client.request(http_req).await?;
         items.extend(page.items);
         match page.metadata.continue_ {

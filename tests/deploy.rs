@@ -106,6 +106,7 @@ const AGENT_CALLS: &[(&str, &str, &str, Option<&str>)] = &[
     ("", "nodes/status", "patch", None),
     ("policy", "poddisruptionbudgets", "list", None),
     ("policy", "poddisruptionbudgets", "watch", None),
+    ("maintd.io", "nodemaintenances", "get", None),
     ("maintd.io", "nodemaintenances", "list", None),
     ("maintd.io", "nodemaintenances", "watch", None),
     ("maintd.io", "nodemaintenances/status", "patch", None),

@@ -184,3 +184,65 @@ async fn a_nodes_nodedrain_is_written_by_its_agent_and_goes_with_the_node() {
     })
     .await;
 }
+
+/// How many times node-a's agent read one NodeMaintenance by name.
+fn gets_of(sim: &SimCluster, name: &str) -> usize {
+    let path = format!("{}/{name}", maintd::api::NODEMAINTENANCES_PATH);
+    sim.state
+        .audit
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.user_agent.contains("node-a") && r.method == "GET" && !r.watch && r.path == path
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_writes_cost_agents_a_metadata_event_and_only_a_spec_change_a_read() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    install(&client).await;
+    let agent = Agent::new(
+        Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap()),
+        sim.agent_client("node-a"),
+    );
+    let stop = CancellationToken::new();
+    tokio::spawn(agent.run(stop.clone()));
+    let k = common::kubectl::Kubectl::new(&sim);
+    k.apply_yaml(
+        "apiVersion: maintd.io/v1alpha1\nkind: NodeMaintenance\nmetadata:\n  name: fence\nspec:\n  nodeName: node-a\n  stage: Cordon\n",
+    )
+    .await;
+    let k_ref = &k;
+    eventually("the aggregates count node-a cordoned", || async move {
+        k_ref.json(&["get", "nm", "fence"]).await["status"]["cordonedNodes"] == 1
+    })
+    .await;
+    // More status writes, as a status writer makes them: the agent's
+    // metadata watch sees a new resourceVersion, not a new generation.
+    for i in 0..3 {
+        let (code, out) = raw(
+            &sim,
+            "PATCH",
+            &format!("{}/fence/status", maintd::api::NODEMAINTENANCES_PATH),
+            "application/merge-patch+json",
+            serde_json::to_vec(&json!({"status": {"attentionTotal": i}})).unwrap(),
+        )
+        .await;
+        assert_eq!(code, 200, "{out}");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(gets_of(&sim, "fence"), 1, "read once, when it appeared");
+    // A spec change is read, and acted on.
+    k.apply_yaml(
+        "apiVersion: maintd.io/v1alpha1\nkind: NodeMaintenance\nmetadata:\n  name: fence\nspec:\n  nodeName: node-a\n  stage: Drain\n",
+    )
+    .await;
+    eventually("node-a drains for the new stage", || async move {
+        k_ref.json(&["get", "nodedrain", "node-a"]).await["status"]["phase"] == "Drained"
+    })
+    .await;
+    assert_eq!(gets_of(&sim, "fence"), 2, "read again for its new spec");
+    stop.cancel();
+}

@@ -276,13 +276,10 @@ impl Agent {
                 "poddisruptionbudgets".to_string(),
                 self.drainer.budgets.clone(),
             ),
-            (
-                "nodemaintenances".to_string(),
-                self.maintenance.index.clone(),
-            ),
+            ("nodemaintenances".to_string(), self.maintenance.view()),
         ];
         if let Some(m) = &self.medik8s {
-            v.push(("medik8s nodemaintenances".to_string(), m.index.clone()));
+            v.push(("medik8s nodemaintenances".to_string(), m.view()));
         }
         v
     }

@@ -284,6 +284,25 @@ fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("error decoding the request body as JSON: {e}")))
 }
 
+/// Whether the client asked for metadata only (`as=PartialObjectMetadata`
+/// or `as=PartialObjectMetadataList` in Accept), as the API server serves
+/// any resource.
+fn wants_metadata(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=PartialObjectMetadata"))
+}
+
+/// An object as `PartialObjectMetadata`: its metadata alone.
+pub fn partial_metadata(obj: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj["metadata"],
+    })
+}
+
 fn wants_table(headers: &HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
@@ -339,7 +358,20 @@ async fn resource(
                 if matches!(query.get("watch").map(String::as_str), Some("1" | "true")) {
                     return Err(ApiError::internal("watch handled elsewhere"));
                 }
-                list(sim, &t, query, wants_table(headers)).map(|v| (200, v))
+                let mut v = list(sim, &t, query, wants_table(headers))?;
+                if wants_metadata(headers) {
+                    let items: Vec<Value> = v["items"]
+                        .as_array()
+                        .map(|a| a.iter().map(partial_metadata).collect())
+                        .unwrap_or_default();
+                    v = json!({
+                        "kind": "PartialObjectMetadataList",
+                        "apiVersion": "meta.k8s.io/v1",
+                        "metadata": v["metadata"],
+                        "items": items,
+                    });
+                }
+                Ok((200, v))
             }
             (&Method::GET, Some(name), _) => {
                 let obj = sim.store().get(&t.def.gr(), &ns, name).ok_or_else(|| ApiError::not_found(&t.def.gr(), name))?;
@@ -347,6 +379,9 @@ async fn resource(
                 obj["apiVersion"] = json!(t.def.api_version(&t.version));
                 if wants_table(headers) {
                     return Ok((200, table::to_table(&t.def, &[obj], "", query.get("includeObject").is_some_and(|i| i == "Object"))));
+                }
+                if wants_metadata(headers) {
+                    return Ok((200, partial_metadata(&obj)));
                 }
                 Ok((200, obj))
             }
@@ -572,6 +607,7 @@ fn watch_response(
             send_initial_events: query.get("sendInitialEvents").is_some_and(|b| b == "true"),
             timeout,
             table: wants_table(headers),
+            metadata_only: wants_metadata(headers),
         })
     })();
     let req = match parsed {

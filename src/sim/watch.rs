@@ -29,6 +29,8 @@ pub struct WatchRequest {
     pub send_initial_events: bool,
     pub timeout: Option<Duration>,
     pub table: bool,
+    /// Objects as `PartialObjectMetadata` (metadata only).
+    pub metadata_only: bool,
 }
 
 impl WatchRequest {
@@ -43,7 +45,9 @@ impl WatchRequest {
 
     fn encode(&self, kind: &str, obj: &Value) -> Bytes {
         let api_version = self.def.api_version(&self.version);
-        let object = if self.table {
+        let object = if self.metadata_only {
+            super::server::partial_metadata(obj)
+        } else if self.table {
             table::to_table(&self.def, std::slice::from_ref(obj), "", false)
         } else if obj["apiVersion"].as_str() != Some(api_version.as_str()) {
             let mut o = obj.clone();

@@ -88,6 +88,11 @@ pub struct MaintenanceTrigger {
     path: &'static str,
     /// Which NodeMaintenance, for the log.
     kind: &'static str,
+    /// With a metadata view, the objects are watched by metadata only and
+    /// each one fetched when it appears or its spec changes (its
+    /// generation): a status write by the status writer then costs every
+    /// agent a small metadata event, not the whole object.
+    meta: Option<Index>,
 }
 
 impl Default for MaintenanceTrigger {
@@ -99,7 +104,10 @@ impl Default for MaintenanceTrigger {
 impl MaintenanceTrigger {
     /// The watch on maintd's NodeMaintenance (`maintd.io`).
     pub fn new() -> Self {
-        Self::watching(NODEMAINTENANCES_PATH, "NodeMaintenance")
+        MaintenanceTrigger {
+            meta: Some(Index::new()),
+            ..Self::watching(NODEMAINTENANCES_PATH, "NodeMaintenance")
+        }
     }
 
     /// The watch on medik8s' NodeMaintenance (`nodemaintenance.medik8s.io`),
@@ -114,7 +122,14 @@ impl MaintenanceTrigger {
             absent: Arc::new(watch::channel(false).0),
             path,
             kind,
+            meta: None,
         }
+    }
+
+    /// The view whose watch says whether the objects are current (the
+    /// metadata view where there is one), for readiness and status.
+    pub fn view(&self) -> Index {
+        self.meta.clone().unwrap_or_else(|| self.index.clone())
     }
 
     /// Whether the agent may act on [`Self::evaluate`]: the first list
@@ -173,11 +188,11 @@ impl MaintenanceTrigger {
                     );
                     tracing::warn!("{why}");
                     self.absent.send_replace(true);
-                    self.index.note_error(why);
+                    self.view().note_error(why);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "checking for the {} CRD", self.kind);
-                    self.index.note_error(e);
+                    self.view().note_error(e);
                 }
             }
             tokio::select! {
@@ -188,7 +203,100 @@ impl MaintenanceTrigger {
         // Present now: wait for the objects, not an earlier absence.
         self.absent.send_replace(false);
         let target = WatchTarget::new(self.path, None, guard);
-        self.index.clone().run(client, target, stop).await;
+        match self.meta.clone() {
+            None => self.index.clone().run(client, target, stop).await,
+            Some(meta) => {
+                tokio::spawn(meta.clone().run(
+                    client.clone(),
+                    target.metadata_only(),
+                    stop.clone(),
+                ));
+                self.follow_specs(&client, &meta, &stop).await;
+            }
+        }
+    }
+
+    /// Keeps the full objects in `index` in step with the metadata view:
+    /// an object is fetched when it appears and when its generation
+    /// changes; one that is gone from the view is dropped. The index counts
+    /// as listed once every object of the view has been fetched.
+    async fn follow_specs(&self, client: &kube::Client, meta: &Index, stop: &CancellationToken) {
+        let mut changes = meta.changes();
+        let mut backoff = Backoff::with(1_000, 60_000);
+        let mut retry_at: Option<tokio::time::Instant> = None;
+        loop {
+            if meta.synced() {
+                match self.fetch_changed(client, meta).await {
+                    Ok(()) => {
+                        backoff.reset();
+                        retry_at = None;
+                        self.index.mark_synced();
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "fetching {}; will retry", self.kind);
+                        meta.note_error(e);
+                        retry_at = Some(tokio::time::Instant::now() + backoff.next_delay());
+                    }
+                }
+            }
+            tokio::select! {
+                r = changes.changed() => if r.is_err() { return },
+                _ = async {
+                    match retry_at {
+                        Some(t) => tokio::time::sleep_until(t).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
+                _ = stop.cancelled() => return,
+            }
+        }
+    }
+
+    async fn fetch_changed(&self, client: &kube::Client, meta: &Index) -> Result<(), String> {
+        let mut failed = None;
+        for m in meta.all() {
+            let (Some(uid), Some(name)) = (
+                m["metadata"]["uid"].as_str(),
+                m["metadata"]["name"].as_str(),
+            ) else {
+                continue;
+            };
+            let generation = m["metadata"]["generation"].as_i64();
+            let current = self
+                .index
+                .get(uid)
+                .is_some_and(|o| o["metadata"]["generation"].as_i64() == generation);
+            if current {
+                continue;
+            }
+            match fetch(client, self.path, name).await {
+                Ok(Some(obj)) if obj["metadata"]["uid"] == uid => self.index.upsert(obj),
+                // Gone or replaced meanwhile: the view will say so.
+                Ok(_) => {}
+                Err(e) => failed = Some(e),
+            }
+        }
+        for obj in self.index.all() {
+            if let Some(uid) = obj["metadata"]["uid"].as_str()
+                && !meta.contains(uid)
+            {
+                self.index.remove(uid);
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+}
+
+/// One object by name (None: not found).
+async fn fetch(client: &kube::Client, path: &str, name: &str) -> Result<Option<Value>, String> {
+    let req = http::Request::get(format!("{path}/{name}"))
+        .body(Vec::new())
+        .map_err(|e| e.to_string())?;
+    match tokio::time::timeout(Duration::from_secs(10), client.request::<Value>(req)).await {
+        Ok(Ok(obj)) => Ok(Some(obj)),
+        Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(None),
+        Ok(Err(e)) => Err(format!("reading {path}/{name}: {e}")),
+        Err(_) => Err(format!("reading {path}/{name} timed out after 10s")),
     }
 }
 
