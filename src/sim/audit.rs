@@ -51,7 +51,18 @@ pub struct Audit {
     started: Instant,
     entries: Mutex<Vec<AuditEntry>>,
     requests: Mutex<Vec<RequestRecord>>,
+    /// Bytes and watch events sent, per user agent.
+    sent: Mutex<BTreeMap<String, Sent>>,
     file: Option<Mutex<File>>,
+}
+
+/// What the server sent one client (by user agent).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sent {
+    /// Response bytes, watch streams included.
+    pub bytes: u64,
+    /// Watch events and bookmarks.
+    pub watch_events: u64,
 }
 
 impl Audit {
@@ -67,6 +78,7 @@ impl Audit {
             started: Instant::now(),
             entries: Mutex::new(Vec::new()),
             requests: Mutex::new(Vec::new()),
+            sent: Mutex::default(),
             file,
         }
     }
@@ -96,6 +108,23 @@ impl Audit {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(rec);
+    }
+
+    /// Counts what was sent to `user_agent`: `bytes`, and one watch event
+    /// if `event`.
+    pub fn record_sent(&self, user_agent: &str, bytes: usize, event: bool) {
+        let mut sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        let s = sent.entry(user_agent.to_string()).or_default();
+        s.bytes += bytes as u64;
+        s.watch_events += u64::from(event);
+    }
+
+    /// What was sent so far, per user agent.
+    pub fn sent(&self) -> BTreeMap<String, Sent> {
+        self.sent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// A copy of the audit log so far.

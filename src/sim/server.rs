@@ -252,7 +252,16 @@ async fn handle(sim: Arc<SimState>, server: &str, req: Request<Incoming>) -> Res
         &ua,
         resp.status().as_u16(),
     );
-    resp
+    // Count what goes back to this client: each frame of a watch stream is
+    // one event (or bookmark).
+    let (parts, body) = resp.into_parts();
+    let counted = body.map_frame(move |frame| {
+        if let Some(data) = frame.data_ref() {
+            sim.audit.record_sent(&ua, data.len(), watch);
+        }
+        frame
+    });
+    Response::from_parts(parts, counted.boxed())
 }
 
 fn record_request(sim: &SimState, method: &Method, path: &str, watch: bool, ua: &str, code: u16) {
