@@ -118,10 +118,18 @@ async fn run(n: usize, idle_secs: u64) -> Row {
     .await
     .expect("sim");
     let crds = Gr::crds();
-    for crd in [maintd::api::crd().unwrap(), maintd::api::nodedrain_crd().unwrap()] {
+    for crd in [
+        maintd::api::crd().unwrap(),
+        maintd::api::nodedrain_crd().unwrap(),
+    ] {
         create(&sim, &crds, None, serde_json::to_value(crd).unwrap());
     }
-    create(&sim, &Gr::namespaces(), None, json!({"metadata": {"name": "maintd"}}));
+    create(
+        &sim,
+        &Gr::namespaces(),
+        None,
+        json!({"metadata": {"name": "maintd"}}),
+    );
     let pods_per_node = 2;
     for i in 0..n {
         let node = format!("node-{i:05}");
@@ -156,7 +164,12 @@ async fn run(n: usize, idle_secs: u64) -> Row {
     }
     // Settle: every agent has listed and written its NodeDrain.
     let t = Instant::now();
-    while sim.state.store().list(&Gr::new("maintd.io", "nodedrains"), None).len() < n
+    while sim
+        .state
+        .store()
+        .list(&Gr::new("maintd.io", "nodedrains"), None)
+        .len()
+        < n
         && t.elapsed() < Duration::from_secs(300)
     {
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -20,7 +20,7 @@ use maintd::config::{ApiSettings, Config, ShutdownSettings};
 use maintd::drain::progress::{DrainEvent, EventKind, Progress};
 use maintd::sim::SimCluster;
 use maintd::sim::dbus::PrivateBus;
-use maintd::sim::logind::{SimLogind, SimLogindConfig};
+use maintd::sim::logind::{ShutdownRecord, SimLogind, SimLogindConfig};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -159,6 +159,17 @@ impl Setup {
         self.events.lock().unwrap().clone()
     }
 
+    /// Waits at most `bound` for logind to go ahead with the shutdown it
+    /// was asked for, which must not be because its own limit ran out.
+    async fn shutdown_within(&self, bound: Duration, what: &str) -> ShutdownRecord {
+        let record = tokio::time::timeout(bound, self.logind().wait_for_shutdowns(1))
+            .await
+            .expect(what)[0]
+            .clone();
+        assert!(!record.timed_out, "{record:?}");
+        record
+    }
+
     async fn wait_event(&self, kind: EventKind) -> DrainEvent {
         let evs = self.events.clone();
         eventually(&format!("{kind:?}"), || {
@@ -274,12 +285,12 @@ async fn with_the_api_out_of_reach_at_a_shutdown_the_lock_goes_after_the_bound_a
     s.sim.state.faults.black_hole(true);
     let t0 = tokio::time::Instant::now();
     s.logind().reboot().await;
-    let record = tokio::time::timeout(Duration::from_secs(40), s.logind().wait_for_shutdowns(1))
-        .await
-        .expect("the reboot is not held for the whole budget")[0]
-        .clone();
+    s.shutdown_within(
+        Duration::from_secs(40),
+        "the reboot is not held for the whole budget",
+    )
+    .await;
     let waited = t0.elapsed();
-    assert!(!record.timed_out, "{record:?}");
     let offline = s.wait_event(EventKind::DrainFailed).await;
     assert!(
         offline.message.contains("has not answered"),
@@ -324,11 +335,8 @@ async fn a_lost_drain_completed_event_does_not_keep_the_lock() {
     s.progress.lose_events(EventKind::DrainCompleted);
     let t0 = tokio::time::Instant::now();
     s.logind().reboot().await;
-    let record = tokio::time::timeout(Duration::from_secs(40), s.logind().wait_for_shutdowns(1))
-        .await
-        .expect("the reboot proceeds")[0]
-        .clone();
-    assert!(!record.timed_out, "{record:?}");
+    s.shutdown_within(Duration::from_secs(40), "the reboot proceeds")
+        .await;
     let released = s.wait_event(EventKind::ShutdownReleased).await;
     assert!(
         released.message.contains("drained"),
@@ -389,11 +397,11 @@ async fn an_api_out_of_reach_from_the_start_still_gets_the_lock_and_healthz_and_
     .await;
     let t0 = tokio::time::Instant::now();
     s.logind().reboot().await;
-    let record = tokio::time::timeout(Duration::from_secs(40), s.logind().wait_for_shutdowns(1))
-        .await
-        .expect("the reboot is not held for the whole budget")[0]
-        .clone();
-    assert!(!record.timed_out, "{record:?}");
+    s.shutdown_within(
+        Duration::from_secs(40),
+        "the reboot is not held for the whole budget",
+    )
+    .await;
     println!(
         "API out of reach since start: the reboot waited {:.1}s",
         t0.elapsed().as_secs_f64()
@@ -476,11 +484,11 @@ async fn a_shutdown_is_acted_on_while_an_undo_waits_on_a_slow_api_server() {
     taint(&s.sim.client(), "node-a", "maintd.io/drain", None).await;
     s.wait_event(EventKind::UndoStarted).await;
     s.logind().reboot().await;
-    let record = tokio::time::timeout(Duration::from_secs(40), s.logind().wait_for_shutdowns(1))
-        .await
-        .expect("the shutdown was not kept waiting behind the undo")[0]
-        .clone();
-    assert!(!record.timed_out, "{record:?}");
+    s.shutdown_within(
+        Duration::from_secs(40),
+        "the shutdown was not kept waiting behind the undo",
+    )
+    .await;
     let evs = s.events();
     let preparing = evs
         .iter()
@@ -521,11 +529,11 @@ async fn when_the_static_pods_take_the_api_server_with_them_their_grace_ends_the
     })
     .await;
     s.sim.state.faults.black_hole(true);
-    let record = tokio::time::timeout(Duration::from_secs(20), s.logind().wait_for_shutdowns(1))
-        .await
-        .expect("the reboot goes ahead once the static pods had their grace")[0]
-        .clone();
-    assert!(!record.timed_out, "{record:?}");
+    s.shutdown_within(
+        Duration::from_secs(20),
+        "the reboot goes ahead once the static pods had their grace",
+    )
+    .await;
     let released = s.wait_event(EventKind::ShutdownReleased).await;
     assert!(
         released.message.contains("drained"),

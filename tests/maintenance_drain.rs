@@ -44,6 +44,18 @@ async fn install_crd(client: &kube::Client) {
         .unwrap();
 }
 
+/// Who manages the status of NodeMaintenance `name`.
+async fn status_managers(nms: &Api<DynamicObject>, name: &str) -> Vec<String> {
+    let nm = nms.get(name).await.unwrap();
+    nm.metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| m.subresource.as_deref() == Some("status"))
+        .filter_map(|m| m.manager)
+        .collect()
+}
+
 /// The NodeDrain of `node`, as the API has it (Null while there is none).
 async fn node_drain(client: &kube::Client, node: &str) -> serde_json::Value {
     let api: Api<DynamicObject> = Api::all_with(
@@ -170,16 +182,10 @@ async fn cordon_then_drain_then_complete() {
         }
     })
     .await;
-    let nm = nms.get("kernel-upgrade").await.unwrap();
-    let managers: Vec<_> = nm
-        .metadata
-        .managed_fields
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|m| m.subresource.as_deref() == Some("status"))
-        .filter_map(|m| m.manager)
-        .collect();
-    assert_eq!(managers, ["maintd/status-writer"]);
+    assert_eq!(
+        status_managers(&nms, "kernel-upgrade").await,
+        ["maintd/status-writer"]
+    );
     // Events say what happened, on the Node and on the evicted pods (the
     // recorder writes them as the drain goes, so wait for them).
     let sim_ref = &sim;
@@ -287,16 +293,10 @@ async fn three_agents_share_one_object_without_overwriting_each_other() {
     })
     .await;
     // One writer for the shared object, whichever agent it is.
-    let nm = nms.get("fleet-cordon").await.unwrap();
-    let managers: Vec<_> = nm
-        .metadata
-        .managed_fields
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|m| m.subresource.as_deref() == Some("status"))
-        .filter_map(|m| m.manager)
-        .collect();
-    assert_eq!(managers, ["maintd/status-writer"]);
+    assert_eq!(
+        status_managers(&nms, "fleet-cordon").await,
+        ["maintd/status-writer"]
+    );
     assert!(
         sim.state.audit.entries().iter().all(|e| e.verb != "evict"),
         "Cordon evicts nothing"

@@ -72,6 +72,19 @@ fn seed_drains(sim: &SimCluster, n: usize) {
     }
 }
 
+/// The small scenario with both CRDs and node-a's agent running.
+async fn small_with_agent() -> (SimCluster, CancellationToken) {
+    let sim = scenario("small.yaml").await;
+    install(&sim.client()).await;
+    let agent = Agent::new(
+        Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap()),
+        sim.agent_client("node-a"),
+    );
+    let stop = CancellationToken::new();
+    tokio::spawn(agent.run(stop.clone()));
+    (sim, stop)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_maintenance_over_3000_nodes_gets_right_aggregates_of_a_bounded_size() {
     let sim = sim().await;
@@ -144,15 +157,8 @@ async fn a_maintenance_over_3000_nodes_gets_right_aggregates_of_a_bounded_size()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nodes_nodedrain_is_written_by_its_agent_and_goes_with_the_node() {
-    let sim = scenario("small.yaml").await;
+    let (sim, stop) = small_with_agent().await;
     let client = sim.client();
-    install(&client).await;
-    let agent = Agent::new(
-        Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap()),
-        sim.agent_client("node-a"),
-    );
-    let stop = CancellationToken::new();
-    tokio::spawn(agent.run(stop.clone()));
     let k = common::kubectl::Kubectl::new(&sim);
     let k_ref = &k;
     eventually("node-a's NodeDrain reads Idle", || async move {
@@ -200,15 +206,7 @@ fn gets_of(sim: &SimCluster, name: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_writes_cost_agents_a_metadata_event_and_only_a_spec_change_a_read() {
-    let sim = scenario("small.yaml").await;
-    let client = sim.client();
-    install(&client).await;
-    let agent = Agent::new(
-        Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap()),
-        sim.agent_client("node-a"),
-    );
-    let stop = CancellationToken::new();
-    tokio::spawn(agent.run(stop.clone()));
+    let (sim, stop) = small_with_agent().await;
     let k = common::kubectl::Kubectl::new(&sim);
     k.apply_yaml(
         "apiVersion: maintd.io/v1alpha1\nkind: NodeMaintenance\nmetadata:\n  name: fence\nspec:\n  nodeName: node-a\n  stage: Cordon\n",

@@ -121,10 +121,7 @@ impl Audit {
 
     /// What was sent so far, per user agent.
     pub fn sent(&self) -> BTreeMap<String, Sent> {
-        self.sent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.sent.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// A copy of the audit log so far.
