@@ -51,6 +51,8 @@ pub struct SimState {
     /// Faults the server is told to have (tests and benches).
     pub faults: Arc<Faults>,
     pub audit: Audit,
+    /// The watches being served now.
+    pub watches: super::watch::OpenWatches,
     pub config: SimConfig,
     pub started: Instant,
 }
@@ -65,6 +67,7 @@ impl SimState {
             store: Mutex::new(store),
             faults: Arc::default(),
             audit: Audit::new(config.audit_file.clone()),
+            watches: Default::default(),
             config,
             started: Instant::now(),
         });
