@@ -258,13 +258,15 @@ fn pod_event(
 }
 
 /// The budget a 429 names ("The disruption budget web needs 2 healthy pods
-/// and has 2 currently"), so a blocked pod wakes only when that one allows
-/// a disruption again.
+/// and has 2 currently", or "The disruption budget web is still being
+/// processed by the server."), so a blocked pod watches only that one.
+/// Budget names hold no spaces.
 fn blocking_budget(message: &str) -> Option<&str> {
     message
         .strip_prefix("The disruption budget ")?
-        .split(" needs ")
+        .split(' ')
         .next()
+        .filter(|n| !n.is_empty())
 }
 
 #[cfg(test)]
@@ -282,6 +284,11 @@ mod tests {
             blocking_budget("admission webhook \"virt\" denied: VMI is migrating"),
             None
         );
+        assert_eq!(
+            blocking_budget("The disruption budget web is still being processed by the server."),
+            Some("web")
+        );
+        assert_eq!(blocking_budget("The disruption budget "), None);
         assert_eq!(blocking_budget(""), None);
     }
 
