@@ -23,6 +23,9 @@ use crate::index::Index;
 use crate::metrics::Metrics;
 use crate::trigger::local::LocalRequests;
 
+/// The agent's views of the cluster as they are now, by name.
+pub type Views = Arc<dyn Fn() -> Vec<(String, Index)> + Send + Sync>;
+
 /// What the endpoint serves from.
 #[derive(Clone)]
 pub struct Endpoint {
@@ -30,9 +33,10 @@ pub struct Endpoint {
     pub progress: Progress,
     pub pods: Index,
     pub node_index: Index,
-    /// Every view the agent keeps, by name: a view whose watch has been
-    /// failing for a minute makes the agent not ready, and says so.
-    pub views: Vec<(String, Index)>,
+    /// Every view the agent keeps now, by name: a view whose watch has been
+    /// failing for a minute makes the agent not ready, and says so. Asked
+    /// on every request: some watches exist only for a while.
+    pub views: Views,
     /// The shutdown lock, when the agent holds one.
     pub inhibitor: Option<tokio::sync::watch::Receiver<crate::inhibitor::InhibitorStatus>>,
     /// Whether this listener may change state (local listener only).
@@ -97,8 +101,7 @@ impl Endpoint {
         let mut w = serde_json::Map::new();
         w.insert("pods_synced".into(), self.pods.synced().into());
         w.insert("node_synced".into(), self.node_index.synced().into());
-        let views: serde_json::Map<String, serde_json::Value> = self
-            .views
+        let views: serde_json::Map<String, serde_json::Value> = (self.views)()
             .iter()
             .map(|(name, index)| {
                 (
@@ -124,7 +127,7 @@ impl Endpoint {
         if !self.node_index.synced() {
             why.push("the Node has not been read yet".to_string());
         }
-        for (name, index) in &self.views {
+        for (name, index) in &(self.views)() {
             if let Some(stale) = index.stale() {
                 why.push(format!("the view of {name} is stale: {stale}"));
             }

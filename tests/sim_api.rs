@@ -550,6 +550,21 @@ async fn evictions_answer_201_429_and_500_like_the_apiserver() {
     )
     .await;
     let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    // Evictions are decided from a budget's status: wait for the disruption
+    // controller to have processed the new budget, as a client on a real
+    // cluster would get 429 "still being processed" until then.
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), "default");
+    eventually("the disruption controller has processed web-pdb", || {
+        let pdbs = pdbs.clone();
+        async move {
+            pdbs.get("web-pdb")
+                .await
+                .unwrap()
+                .status
+                .is_some_and(|s| s.observed_generation == Some(1))
+        }
+    })
+    .await;
 
     pods.evict("free", &EvictParams::default())
         .await

@@ -3,10 +3,13 @@
 //! and its undo. It holds no state of its own beyond what it sees: killed
 //! and restarted at any moment, it resumes from the cluster and the disk.
 
+use std::sync::Arc;
+
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{ClusterOps, TaintSpec};
 use crate::config::Config;
+use crate::drain::budget_watches::BudgetWatches;
 use crate::drain::executor::{DrainOptions, Drainer};
 use crate::drain::plan::PlanOptions;
 use crate::drain::progress::{EventKind, Progress};
@@ -48,6 +51,8 @@ impl Agent {
         let health = ApiHealth::default();
         // Every call the agent makes is bounded and tells `health`.
         let client = crate::client::guarded(client, config.api.call_timeout, health.clone());
+        let guard = watch_guard(&config, &health);
+        let budgets = BudgetWatches::new(client.clone(), guard);
         let ops = ClusterOps::new(client, &config.node);
         let stash = Some(StaticPodStash::new(
             config.static_pod_dir.clone(),
@@ -57,7 +62,7 @@ impl Agent {
             drainer: Drainer {
                 ops,
                 pods: Index::new(),
-                budgets: Index::new(),
+                budgets,
                 stash,
                 progress: Progress::new(&config.node),
                 taint: TaintSpec::draining(),
@@ -168,12 +173,9 @@ impl Agent {
                 "/api/v1/nodes",
                 Some(format!("metadata.name={node}")),
             ),
-            (
-                self.drainer.budgets.clone(),
-                "/apis/policy/v1/poddisruptionbudgets",
-                None,
-            ),
         ];
+        // Budgets are watched only while a pod is blocked by one.
+        self.drainer.budgets.stop_with(&stop);
         for (index, path, fields) in watches {
             let target = WatchTarget::new(path, fields, self.watch_guard());
             tokio::spawn(index.run(client.clone(), target, stop.clone()));
@@ -250,11 +252,7 @@ impl Agent {
 
     /// How this agent's watches guard against dead connections.
     fn watch_guard(&self) -> WatchGuard {
-        WatchGuard {
-            idle_timeout: self.config.api.watch_idle_timeout,
-            stale_after: self.config.api.stale_after,
-            health: self.health.clone(),
-        }
+        watch_guard(&self.config, &self.health)
     }
 
     /// Whether every trigger that can ask for a drain has been heard from:
@@ -267,20 +265,18 @@ impl Agent {
             && self.medik8s.as_ref().is_none_or(MaintenanceTrigger::ready)
     }
 
-    /// The agent's views of the cluster, by name, for readiness and status.
+    /// The agent's views of the cluster, by name, for readiness and status:
+    /// budget views only while their watches exist.
     pub fn views(&self) -> Vec<(String, Index)> {
         let mut v = vec![
             ("node".to_string(), self.node.clone()),
             ("pods".to_string(), self.drainer.pods.clone()),
-            (
-                "poddisruptionbudgets".to_string(),
-                self.drainer.budgets.clone(),
-            ),
             ("nodemaintenances".to_string(), self.maintenance.view()),
         ];
         if let Some(m) = &self.medik8s {
             v.push(("medik8s nodemaintenances".to_string(), m.view()));
         }
+        v.extend(self.drainer.budgets.views());
         v
     }
 
@@ -302,7 +298,10 @@ impl Agent {
             progress: self.drainer.progress.clone(),
             pods: self.drainer.pods.clone(),
             node_index: self.node.clone(),
-            views: self.views(),
+            views: {
+                let agent = self.clone();
+                Arc::new(move || agent.views())
+            },
             inhibitor,
             local: false,
             local_requests: self.local.clone(),
@@ -310,5 +309,14 @@ impl Agent {
             fleetlock: Some(self.fleetlock(stop)),
         };
         crate::http::start(ep, self.config.listen, self.config.listen_local, stop).await;
+    }
+}
+
+/// How the agent's watches guard against dead connections.
+fn watch_guard(config: &Config, health: &ApiHealth) -> WatchGuard {
+    WatchGuard {
+        idle_timeout: config.api.watch_idle_timeout,
+        stale_after: config.api.stale_after,
+        health: health.clone(),
     }
 }

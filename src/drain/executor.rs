@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::budget_watches::BudgetWatches;
 use super::plan::{self, DrainPlan, PlanEntry, PlanOptions, PodInfo};
 use super::progress::{Blocker, EventKind, Phase, PodState, Progress, StageState, StageStatus};
 use super::static_pods::StaticPodStash;
@@ -88,9 +89,10 @@ impl Default for DrainOptions {
 pub struct Drainer {
     pub ops: ClusterOps,
     pub pods: Index,
-    /// PodDisruptionBudgets of the cluster: a blocked eviction is retried
-    /// as soon as its namespace's budget allows a disruption again.
-    pub budgets: Index,
+    /// Budget watches, held only while a pod is blocked by a budget: a
+    /// blocked eviction is retried as soon as its budget allows a
+    /// disruption again.
+    pub budgets: BudgetWatches,
     pub stash: Option<StaticPodStash>,
     pub progress: Progress,
     pub taint: TaintSpec,

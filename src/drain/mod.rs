@@ -13,6 +13,7 @@ pub mod plan;
 
 // The engine's I/O side: running the plan, the static pod stash, and what a
 // drain reports as it goes.
+pub mod budget_watches;
 pub mod executor;
 pub mod progress;
 pub mod static_pods;

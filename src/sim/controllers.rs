@@ -4,21 +4,24 @@
 //! changes, batch their work every few milliseconds, and write through the
 //! API verbs like the real controllers do.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
-use super::eviction::budget_status;
 use super::meta;
 use super::resources::Gr;
-use super::select::selector_object_matches;
 use super::state::SimState;
+
+mod disruption;
 use super::store::{EventType, StoreEvent};
 use super::verbs::{self, DeleteOptions, Part, PatchType, Writer, write_status};
+use disruption::disruption;
 
 /// Places a ReplicaSet's first pods on this node (scenarios use it to load
 /// one node); replacements are scheduled normally.
@@ -169,6 +172,10 @@ pub fn start(sim: Arc<SimState>, stop: CancellationToken) {
             ..Dirty::default()
         };
         let mut placed: HashSet<String> = HashSet::new();
+        // Namespaces whose budgets the disruption controller will recompute,
+        // and when: it lags the events it reacts to, as on a busy cluster.
+        let mut budgets_due: BTreeMap<String, Instant> = BTreeMap::new();
+        let lag = sim.config.disruption_lag;
         let mut tick = tokio::time::interval(Duration::from_millis(20));
         loop {
             tokio::select! {
@@ -179,7 +186,23 @@ pub fn start(sim: Arc<SimState>, stop: CancellationToken) {
                 },
                 _ = tick.tick() => {
                     let work = std::mem::take(&mut dirty);
-                    reconcile(&sim, work, &mut placed);
+                    let now = Instant::now();
+                    for ns in reconcile(&sim, work, &mut placed) {
+                        budgets_due.entry(ns).or_insert(now + lag);
+                    }
+                    let ready: Vec<String> = budgets_due
+                        .iter()
+                        .filter(|(_, due)| **due <= now)
+                        .map(|(ns, _)| ns.clone())
+                        .collect();
+                    for ns in ready {
+                        budgets_due.remove(&ns);
+                        // A disrupted pod that is not deleted stops counting
+                        // as gone when its time is up: look again then.
+                        if let Some(recheck) = disruption(&sim, &ns) {
+                            budgets_due.insert(ns, now + recheck);
+                        }
+                    }
                 }
                 _ = stop.cancelled() => return,
             }
@@ -187,7 +210,9 @@ pub fn start(sim: Arc<SimState>, stop: CancellationToken) {
     });
 }
 
-fn reconcile(sim: &SimState, mut work: Dirty, placed: &mut HashSet<String>) {
+/// Runs the controllers on what changed; returns the namespaces whose
+/// budgets need recomputing (the disruption controller runs on its own lag).
+fn reconcile(sim: &SimState, mut work: Dirty, placed: &mut HashSet<String>) -> BTreeSet<String> {
     if work.all {
         let store = sim.store();
         for ds in store.list(&Gr::daemonsets(), None) {
@@ -213,9 +238,7 @@ fn reconcile(sim: &SimState, mut work: Dirty, placed: &mut HashSet<String>) {
     if work.schedule {
         bind_pending(sim);
     }
-    for ns in &work.pdb_namespaces {
-        disruption(sim, ns);
-    }
+    work.pdb_namespaces
 }
 
 fn owned_pods(sim: &SimState, ns: &str, owner_uid: &str) -> Vec<Arc<Value>> {
@@ -408,53 +431,5 @@ fn bind_pending(sim: &SimState) {
                 &writer("default-scheduler"),
             );
         }
-    }
-}
-
-/// Recomputes the status of every budget in a namespace.
-fn disruption(sim: &SimState, ns: &str) {
-    let pdbs = sim.store().list(&Gr::pdbs(), Some(ns));
-    for pdb in pdbs {
-        let st = {
-            let store = sim.store();
-            budget_status(&store, &pdb)
-        };
-        let any = sim
-            .store()
-            .list(&Gr::pods(), Some(ns))
-            .iter()
-            .any(|p| selector_object_matches(&pdb["spec"]["selector"], p));
-        let allowed = st.disruptions_allowed > 0;
-        let status = json!({
-            "currentHealthy": st.current_healthy,
-            "desiredHealthy": st.desired_healthy,
-            "disruptionsAllowed": st.disruptions_allowed,
-            "expectedPods": st.expected_pods,
-            "observedGeneration": pdb["metadata"]["generation"],
-            "conditions": [{
-                "type": "DisruptionAllowed",
-                "status": if allowed { "True" } else { "False" },
-                "reason": if allowed { "SufficientPods" } else if any { "InsufficientPods" } else { "NoPods" },
-                "message": "",
-                "observedGeneration": pdb["metadata"]["generation"],
-                "lastTransitionTime": meta::now_time(),
-            }],
-        });
-        // Only write when the numbers move, so the condition time is stable.
-        if pdb["status"]["disruptionsAllowed"] == status["disruptionsAllowed"]
-            && pdb["status"]["currentHealthy"] == status["currentHealthy"]
-            && pdb["status"]["expectedPods"] == status["expectedPods"]
-            && pdb["status"]["desiredHealthy"] == status["desiredHealthy"]
-        {
-            continue;
-        }
-        write_status(
-            sim,
-            &Gr::pdbs(),
-            ns,
-            meta::name(&pdb),
-            "disruption-controller",
-            status,
-        );
     }
 }

@@ -130,6 +130,16 @@ impl ApiError {
         Self::new(429, "TooManyRequests", message)
     }
 
+    /// 403 with the API server's own message.
+    pub fn forbidden_message(message: impl Into<String>) -> Self {
+        Self::new(403, "Forbidden", message)
+    }
+
+    /// 504: the server gave up on the request (e.g. too many conflicts).
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self::new(504, "Timeout", message)
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "InternalError", message)
     }

@@ -1,9 +1,12 @@
-//! The `pods/eviction` subresource with Kubernetes' PodDisruptionBudget
-//! arithmetic: minAvailable / maxUnavailable as numbers or percentages,
-//! healthy = Ready and not terminating, 429 with a `DisruptionBudget` cause
-//! when the budget allows no disruption, 500 when several budgets match.
+//! The `pods/eviction` subresource as the API server decides it: from the
+//! PodDisruptionBudget's *status* (which the disruption controller keeps,
+//! with a lag), through a conflict-checked check-and-decrement of
+//! `status.disruptionsAllowed` that records the pod in
+//! `status.disruptedPods`. 429 with a `DisruptionBudget` cause when the
+//! budget allows no disruption or its status is behind its spec; 500 when
+//! several budgets match.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::errors::ApiError;
 use super::meta;
@@ -11,7 +14,21 @@ use super::resources::Gr;
 use super::select::selector_object_matches;
 use super::state::SimState;
 use super::store::Store;
-use super::verbs::{self, DeleteOptions};
+use super::verbs::{self, DeleteOptions, Part, Writer};
+
+/// How often an eviction that lost a race for its budget's status reads it
+/// again (upstream's EvictionsRetry has 20 steps, 500 ms apart; the sim
+/// retries at once: the store lock already orders the writers).
+const CONFLICT_RETRIES: usize = 20;
+
+/// How long a pod recorded in `status.disruptedPods` counts as going if it
+/// is not seen deleted (upstream's DeletionTimeout).
+pub const DISRUPTED_POD_TIMEOUT_SECS: i64 = 120;
+
+/// Upstream refuses evictions once this many are unconfirmed.
+const MAX_DISRUPTED_PODS: usize = 2000;
+
+const REFUSED: &str = "Cannot evict pod as it would violate the pod's disruption budget.";
 
 /// What a PodDisruptionBudget allows right now, as its status reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,6 +37,16 @@ pub struct BudgetStatus {
     pub current_healthy: i64,
     pub desired_healthy: i64,
     pub disruptions_allowed: i64,
+}
+
+/// What an eviction must do about the budget covering its pod.
+#[derive(Debug, PartialEq, Eq)]
+enum Decision {
+    /// The budget does not guard this pod (none, not running, unhealthy
+    /// and let go): delete without touching the budget.
+    Delete,
+    /// Take one disruption from the budget first.
+    Decrement,
 }
 
 /// Evicts a pod if its disruption budget allows it.
@@ -35,14 +62,55 @@ pub fn evict(sim: &SimState, ns: &str, name: &str, body: &Value) -> Result<(), A
         )));
     }
     let opts = DeleteOptions::from_json(&body["deleteOptions"])?;
-    let decision = {
-        let store = sim.store();
-        let pod = store
-            .get(&Gr::pods(), ns, name)
-            .ok_or_else(|| ApiError::not_found(&Gr::pods(), name))?;
-        check(&store, &pod)
+    let writer = Writer {
+        manager: "kube-apiserver".into(),
+        force: false,
     };
-    decision?;
+    let mut attempt = 0;
+    loop {
+        let (pdb, decision) = {
+            let store = sim.store();
+            let pod = store
+                .get(&Gr::pods(), ns, name)
+                .ok_or_else(|| ApiError::not_found(&Gr::pods(), name))?;
+            match budget_of(&store, &pod)? {
+                None => break,
+                Some(pdb) => {
+                    let d = decide(&pod, &pdb)?;
+                    (pdb, d)
+                }
+            }
+        };
+        if decision == Decision::Delete {
+            break;
+        }
+        let def = sim
+            .store()
+            .resource(&Gr::pdbs())
+            .ok_or_else(|| ApiError::internal("poddisruptionbudgets are not served"))?;
+        let updated = decremented(&pdb, name, &meta::now_time());
+        // Conflict-checked on the status read above: of two evictions that
+        // read the same status, one wins and the other reads again.
+        match verbs::update(
+            sim,
+            &def,
+            ns,
+            meta::name(&pdb),
+            Part::Status,
+            updated,
+            &writer,
+        ) {
+            Ok(_) => break,
+            Err(e) if e.code == 409 && attempt < CONFLICT_RETRIES => attempt += 1,
+            Err(e) if e.code == 409 => {
+                return Err(ApiError::timeout(format!(
+                    "couldn't update PodDisruptionBudget {:?} due to conflicts",
+                    meta::name(&pdb)
+                )));
+            }
+            Err(e) => return Err(e),
+        }
+    }
     let def = sim
         .store()
         .resource(&Gr::pods())
@@ -50,64 +118,133 @@ pub fn evict(sim: &SimState, ns: &str, name: &str, body: &Value) -> Result<(), A
     verbs::delete(sim, &def, ns, name, &opts).map(|_| ())
 }
 
-/// Whether the disruption budgets covering `pod` allow evicting it now.
-pub fn check(store: &Store, pod: &Value) -> Result<(), ApiError> {
+/// The one budget guarding `pod`, if any: pods that are not running, or
+/// are already going, are not guarded; several budgets are an error.
+fn budget_of(store: &Store, pod: &Value) -> Result<Option<Value>, ApiError> {
     let phase = pod["status"]["phase"].as_str().unwrap_or("");
-    // Pods that are not running, or are already going, do not count against
-    // a budget.
     if matches!(phase, "Succeeded" | "Failed" | "Pending") || meta::is_terminating(pod) {
-        return Ok(());
+        return Ok(None);
     }
-    let ns = meta::namespace(pod);
-    let pdbs: Vec<_> = store
-        .list(&Gr::pdbs(), Some(ns))
+    let mut pdbs: Vec<_> = store
+        .list(&Gr::pdbs(), Some(meta::namespace(pod)))
         .into_iter()
         .filter(|p| selector_object_matches(&p["spec"]["selector"], pod))
         .collect();
-    let pdb = match pdbs.as_slice() {
-        [] => return Ok(()),
-        [one] => one,
-        _ => {
-            return Err(ApiError::internal(
-                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
-            ));
-        }
-    };
-    let st = budget_status(store, pdb);
-    if !meta::pod_ready(pod) {
-        let always = pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow";
-        if always || st.current_healthy >= st.desired_healthy {
-            return Ok(());
-        }
-    } else if st.disruptions_allowed > 0 {
-        return Ok(());
+    match pdbs.len() {
+        0 => Ok(None),
+        1 => Ok(pdbs.pop().map(|p| (*p).clone())),
+        _ => Err(ApiError::internal(
+            "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+        )),
     }
-    Err(ApiError::too_many_requests(
-        "Cannot evict pod as it would violate the pod's disruption budget.",
-    )
-    .with_cause(
-        "DisruptionBudget",
-        &format!(
-            "The disruption budget {} needs {} healthy pods and has {} currently",
-            meta::name(pdb),
-            st.desired_healthy,
-            st.current_healthy
-        ),
-        "",
-    ))
 }
 
-/// The disruption controller's arithmetic for one budget, from the live pods.
-pub fn budget_status(store: &Store, pdb: &Value) -> BudgetStatus {
+/// The API server's rules, from the budget's status only.
+fn decide(pod: &Value, pdb: &Value) -> Result<Decision, ApiError> {
+    let st = &pdb["status"];
+    let num = |k: &str| st[k].as_i64().unwrap_or(0);
+    if !meta::pod_ready(pod) {
+        // An unready pod does not count as healthy: letting it go costs the
+        // budget nothing, if the policy says so or the budget is healthy.
+        if pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow" {
+            return Ok(Decision::Delete);
+        }
+        if num("currentHealthy") >= num("desiredHealthy") && num("desiredHealthy") > 0 {
+            return Ok(Decision::Delete);
+        }
+    }
+    let generation = pdb["metadata"]["generation"].as_i64().unwrap_or(1);
+    if num("observedGeneration") < generation {
+        return Err(ApiError::too_many_requests(REFUSED).with_cause(
+            "DisruptionBudget",
+            &format!(
+                "The disruption budget {} is still being processed by the server.",
+                meta::name(pdb)
+            ),
+            "",
+        ));
+    }
+    if num("disruptionsAllowed") < 0 {
+        return Err(ApiError::forbidden_message(
+            "pdb disruptions allowed is negative",
+        ));
+    }
+    let disrupted = st["disruptedPods"].as_object().map_or(0, |m| m.len());
+    if disrupted > MAX_DISRUPTED_PODS {
+        return Err(ApiError::forbidden_message(
+            "DisruptedPods map too big - too many evictions not confirmed by PDB controller",
+        ));
+    }
+    if num("disruptionsAllowed") == 0 {
+        return Err(ApiError::too_many_requests(REFUSED).with_cause(
+            "DisruptionBudget",
+            &format!(
+                "The disruption budget {} needs {} healthy pods and has {} currently",
+                meta::name(pdb),
+                num("desiredHealthy"),
+                num("currentHealthy")
+            ),
+            "",
+        ));
+    }
+    Ok(Decision::Decrement)
+}
+
+/// The budget with one disruption taken for `pod` at `now`.
+fn decremented(pdb: &Value, pod: &str, now: &str) -> Value {
+    let mut new = pdb.clone();
+    let allowed = new["status"]["disruptionsAllowed"].as_i64().unwrap_or(0) - 1;
+    new["status"]["disruptionsAllowed"] = json!(allowed);
+    if !new["status"]["disruptedPods"].is_object() {
+        new["status"]["disruptedPods"] = json!({});
+    }
+    new["status"]["disruptedPods"][pod] = json!(now);
+    if allowed == 0
+        && let Some(conds) = new["status"]["conditions"].as_array_mut()
+    {
+        for c in conds
+            .iter_mut()
+            .filter(|c| c["type"] == "DisruptionAllowed")
+        {
+            c["status"] = json!("False");
+            c["reason"] = json!("InsufficientPods");
+            c["lastTransitionTime"] = json!(now);
+        }
+    }
+    new
+}
+
+/// The disruption controller's arithmetic for one budget, from the live
+/// pods and the pods evictions recorded in `status.disruptedPods`: those
+/// count as gone until they are seen deleted, or for
+/// [`DISRUPTED_POD_TIMEOUT_SECS`] at most.
+pub fn budget_status(store: &Store, pdb: &Value) -> (BudgetStatus, Value) {
     let ns = meta::namespace(pdb);
     let pods: Vec<_> = store
         .list(&Gr::pods(), Some(ns))
         .into_iter()
         .filter(|p| selector_object_matches(&pdb["spec"]["selector"], p))
         .collect();
+    let mut disrupted = serde_json::Map::new();
+    if let Some(recorded) = pdb["status"]["disruptedPods"].as_object() {
+        for (name, at) in recorded {
+            let live = pods
+                .iter()
+                .any(|p| meta::name(p) == name && !meta::is_terminating(p));
+            let fresh = at
+                .as_str()
+                .and_then(meta::age_secs)
+                .is_some_and(|age| age < DISRUPTED_POD_TIMEOUT_SECS);
+            if live && fresh {
+                disrupted.insert(name.clone(), at.clone());
+            }
+        }
+    }
     let healthy = pods
         .iter()
-        .filter(|p| !meta::is_terminating(p) && meta::pod_ready(p))
+        .filter(|p| {
+            !meta::is_terminating(p) && meta::pod_ready(p) && !disrupted.contains_key(meta::name(p))
+        })
         .count() as i64;
     let spec = &pdb["spec"];
     let (expected, desired) = if !spec["maxUnavailable"].is_null() {
@@ -125,12 +262,13 @@ pub fn budget_status(store: &Store, pdb: &Value) -> BudgetStatus {
     } else {
         (pods.len() as i64, pods.len() as i64)
     };
-    BudgetStatus {
+    let st = BudgetStatus {
         expected_pods: expected,
         current_healthy: healthy,
         desired_healthy: desired,
         disruptions_allowed: (healthy - desired).max(0),
-    }
+    };
+    (st, Value::Object(disrupted))
 }
 
 /// An int-or-percent against a total, rounded up as Kubernetes does for
@@ -177,17 +315,4 @@ fn expected_scale(store: &Store, pods: &[std::sync::Arc<Value>]) -> i64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn percentages_round_up() {
-        assert_eq!(scaled(&json!("50%"), 3), 2);
-        assert_eq!(scaled(&json!("10%"), 10), 1);
-        assert_eq!(scaled(&json!("34%"), 3), 2);
-        assert_eq!(scaled(&json!(2), 10), 2);
-        assert_eq!(scaled(&json!("0%"), 10), 0);
-        assert_eq!(scaled(&json!("bogus"), 10), 0);
-    }
-}
+mod tests;

@@ -31,6 +31,10 @@ pub struct SimConfig {
     pub static_pod_poll: Duration,
     /// The largest request body accepted.
     pub max_body: usize,
+    /// How long the disruption controller takes to recompute a budget's
+    /// status after its pods or spec change (a busy cluster's lag; 0 for
+    /// tests that want it at once).
+    pub disruption_lag: Duration,
 }
 
 impl Default for SimConfig {
@@ -42,6 +46,7 @@ impl Default for SimConfig {
             static_pod_root: None,
             static_pod_poll: Duration::from_millis(200),
             max_body: 3 * 1024 * 1024,
+            disruption_lag: Duration::from_millis(300),
         }
     }
 }
@@ -51,6 +56,8 @@ pub struct SimState {
     /// Faults the server is told to have (tests and benches).
     pub faults: Arc<Faults>,
     pub audit: Audit,
+    /// The watches being served now.
+    pub watches: super::watch::OpenWatches,
     pub config: SimConfig,
     pub started: Instant,
 }
@@ -65,6 +72,7 @@ impl SimState {
             store: Mutex::new(store),
             faults: Arc::default(),
             audit: Audit::new(config.audit_file.clone()),
+            watches: Default::default(),
             config,
             started: Instant::now(),
         });

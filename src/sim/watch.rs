@@ -3,6 +3,7 @@
 //! selector transitions and timeouts, as the apiserver's watch cache serves
 //! them.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +35,20 @@ pub struct WatchRequest {
 }
 
 impl WatchRequest {
+    /// The collection path the watch was made on, e.g.
+    /// `/apis/policy/v1/namespaces/web/poddisruptionbudgets`.
+    pub fn path(&self) -> String {
+        let root = if self.def.group.is_empty() {
+            format!("/api/{}", self.version)
+        } else {
+            format!("/apis/{}/{}", self.def.group, self.version)
+        };
+        match &self.namespace {
+            Some(ns) => format!("{root}/namespaces/{ns}/{}", self.def.plural),
+            None => format!("{root}/{}", self.def.plural),
+        }
+    }
+
     fn matches(&self, ev_ns: &str, obj: &Value) -> bool {
         if let Some(ns) = &self.namespace
             && ns != ev_ns
@@ -129,7 +144,9 @@ pub fn start(sim: &Arc<SimState>, req: WatchRequest) -> Result<mpsc::Receiver<By
         start_rv = current;
     }
     let interval = sim.config.bookmark_interval;
+    let open = sim.watches.opened(req.path());
     tokio::spawn(async move {
+        let _open = open;
         for l in initial {
             if tx.send(l).await.is_err() {
                 return;
@@ -141,6 +158,58 @@ pub fn start(sim: &Arc<SimState>, req: WatchRequest) -> Result<mpsc::Receiver<By
         stream(req, rx, tx, start_rv, interval).await;
     });
     Ok(out)
+}
+
+/// The watches being served now, by collection path: the audit log
+/// records when a watch starts, this says whether it is still open.
+#[derive(Debug, Default)]
+pub struct OpenWatches(Arc<std::sync::Mutex<BTreeMap<String, usize>>>);
+
+impl OpenWatches {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, usize>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a watch on `path` until the returned value is dropped.
+    fn opened(&self, path: String) -> OpenWatch {
+        *self.lock().entry(path.clone()).or_default() += 1;
+        OpenWatch {
+            open: self.0.clone(),
+            path,
+        }
+    }
+
+    /// Open watches per path (paths with none left out).
+    pub fn snapshot(&self) -> BTreeMap<String, usize> {
+        self.lock().clone()
+    }
+
+    /// How many watches are open on paths that contain `part`.
+    pub fn count(&self, part: &str) -> usize {
+        self.lock()
+            .iter()
+            .filter(|(p, _)| p.contains(part))
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+/// One open watch, counted until dropped.
+struct OpenWatch {
+    open: Arc<std::sync::Mutex<BTreeMap<String, usize>>>,
+    path: String,
+}
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.path) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.path);
+            }
+        }
+    }
 }
 
 /// What a watcher with this request sees of one store event, if anything:

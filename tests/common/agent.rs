@@ -11,6 +11,8 @@ use maintd::trigger::local::LocalRequests;
 use tokio_util::sync::CancellationToken;
 
 pub struct RunningAgent {
+    /// A handle on the running agent (its indexes and views are shared).
+    pub agent: Agent,
     pub progress: Progress,
     /// The agent's local drain requests (what `maintd drain` sends).
     pub local: LocalRequests,
@@ -47,8 +49,9 @@ impl RunningAgent {
             }
         });
         let stop = CancellationToken::new();
-        let task = tokio::spawn(agent.run(stop.clone()));
+        let task = tokio::spawn(agent.clone().run(stop.clone()));
         RunningAgent {
+            agent,
             progress,
             local,
             events,

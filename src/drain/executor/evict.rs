@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Drainer;
 use crate::cluster::EvictionOutcome;
+use crate::drain::budget_watches::BudgetHold;
 use crate::drain::plan::{PlannedPod, PodAction, PodType};
 use crate::drain::progress::{DrainEvent, EventKind, PodState};
 use crate::index::Backoff;
@@ -50,6 +51,9 @@ impl Drainer {
         } else {
             let mut backoff = Backoff::with(250, 3_000);
             let mut last_blocker: Option<String> = None;
+            // The budget watch this pod holds while a budget blocks it; it
+            // goes with the block (or with this function).
+            let mut hold: Option<BudgetHold> = None;
             loop {
                 if !self.pods.contains(&pod.uid) || stop_evicting.is_cancelled() {
                     break;
@@ -81,13 +85,27 @@ impl Drainer {
                         break;
                     }
                     EvictionOutcome::Gone => break,
-                    EvictionOutcome::Blocked { blocker } => (blocker, EventKind::PodBlocked),
+                    EvictionOutcome::Blocked { blocker } => {
+                        let named = blocking_budget(&blocker);
+                        if !hold
+                            .as_ref()
+                            .is_some_and(|h| h.covers(&pod.namespace, named))
+                        {
+                            hold = Some(self.budgets.hold(&pod.namespace, named));
+                        }
+                        (blocker, EventKind::PodBlocked)
+                    }
+                    // No budget change lifts these: the backoff retries.
                     EvictionOutcome::MultipleBudgets { message } => {
+                        hold = None;
                         (message, EventKind::PodBlocked)
                     }
                     EvictionOutcome::Forbidden { message } => {
+                        hold = None;
                         (format!("forbidden: {message}"), EventKind::PodError)
                     }
+                    // Says nothing about the budget: a pod blocked before
+                    // is still blocked, and keeps its watch.
                     EvictionOutcome::Failed { message } => (message, EventKind::PodError),
                 };
                 self.set_pod(&pod.uid, PodState::Blocked, Some(blocker.clone()));
@@ -99,14 +117,18 @@ impl Drainer {
                 let wait = backoff.next_delay();
                 let pods = self.pods.clone();
                 let uid = pod.uid.clone();
-                let budget_allows =
-                    self.budget_allows(&pod.namespace, last_blocker.as_deref().unwrap_or(""));
+                let budget_allows = hold.as_ref().map(BudgetHold::allows);
                 tokio::select! {
                     biased;
                     _ = cancel.cancelled() => return,
                     _ = stop_evicting.cancelled() => break,
                     _ = tokio::time::sleep(wait) => {}
-                    _ = budget_allows => {}
+                    _ = async {
+                        match budget_allows {
+                            Some(allows) => allows.await,
+                            None => std::future::pending().await,
+                        }
+                    } => {}
                     _ = pods.wait_until(move |i| !i.contains(&uid)) => {}
                 }
             }
@@ -117,34 +139,6 @@ impl Drainer {
         self.set_pod(&pod.uid, PodState::Gone, None);
         self.refresh_blockers();
         p.emit(event(EventKind::PodGone, String::new()));
-    }
-
-    /// Resolves once a budget in `namespace` (the one the 429 named, if it
-    /// did) allows a disruption again — a replacement became ready — which
-    /// is worth an early retry.
-    fn budget_allows(&self, namespace: &str, blocker: &str) -> impl Future<Output = ()> + use<> {
-        let budgets = self.budgets.clone();
-        let ns = namespace.to_string();
-        let named = blocking_budget(blocker).map(str::to_string);
-        // Only a change after this 429 counts: the budget's status may
-        // still show the disruption that was just used up.
-        let mut changes = budgets.changes();
-        changes.mark_unchanged();
-        async move {
-            loop {
-                if changes.changed().await.is_err() {
-                    return std::future::pending().await;
-                }
-                let allows = budgets.all().iter().any(|b| {
-                    b["metadata"]["namespace"] == ns.as_str()
-                        && named.as_deref().is_none_or(|n| b["metadata"]["name"] == n)
-                        && b["status"]["disruptionsAllowed"].as_i64().unwrap_or(0) > 0
-                });
-                if allows {
-                    return;
-                }
-            }
-        }
     }
 
     /// Waits until the pod is gone; false if cancelled first. A pod still
@@ -264,13 +258,15 @@ fn pod_event(
 }
 
 /// The budget a 429 names ("The disruption budget web needs 2 healthy pods
-/// and has 2 currently"), so a blocked pod wakes only when that one allows
-/// a disruption again.
+/// and has 2 currently", or "The disruption budget web is still being
+/// processed by the server."), so a blocked pod watches only that one.
+/// Budget names hold no spaces.
 fn blocking_budget(message: &str) -> Option<&str> {
     message
         .strip_prefix("The disruption budget ")?
-        .split(" needs ")
+        .split(' ')
         .next()
+        .filter(|n| !n.is_empty())
 }
 
 #[cfg(test)]
@@ -288,6 +284,11 @@ mod tests {
             blocking_budget("admission webhook \"virt\" denied: VMI is migrating"),
             None
         );
+        assert_eq!(
+            blocking_budget("The disruption budget web is still being processed by the server."),
+            Some("web")
+        );
+        assert_eq!(blocking_budget("The disruption budget "), None);
         assert_eq!(blocking_budget(""), None);
     }
 

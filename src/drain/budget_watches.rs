@@ -1,0 +1,178 @@
+//! PodDisruptionBudget watches that exist only while a pod of this node is
+//! blocked by a budget.
+//!
+//! A blocked eviction is retried as soon as its budget allows a disruption
+//! again, which needs the budget's status. Watching every budget of the
+//! cluster all the time would send every PDB status write to every node
+//! (issue 11); instead a blocked pod holds a watch scoped to its namespace
+//! (and to the budget the 429 named, if it named one), and the watch ends
+//! when the last pod blocked in that scope stops holding it. An idle agent
+//! holds no budget watch at all.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::index::{Index, WatchGuard, WatchTarget};
+
+/// What one watch covers: a namespace, and one budget in it if known.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Scope {
+    namespace: String,
+    name: Option<String>,
+}
+
+impl Scope {
+    fn describe(&self) -> String {
+        match &self.name {
+            Some(n) => format!("poddisruptionbudget {}/{n}", self.namespace),
+            None => format!("poddisruptionbudgets in {}", self.namespace),
+        }
+    }
+}
+
+struct Open {
+    index: Index,
+    holders: usize,
+    stop: CancellationToken,
+}
+
+#[derive(Default)]
+struct Inner {
+    open: BTreeMap<Scope, Open>,
+    /// The agent's stop: every watch ends with it.
+    parent: Option<CancellationToken>,
+}
+
+/// The budget watches of one agent, shared by its drains. Cheap to clone.
+#[derive(Clone)]
+pub struct BudgetWatches {
+    client: kube::Client,
+    guard: WatchGuard,
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl BudgetWatches {
+    /// Watches made through `client`, guarded by `guard` like every other
+    /// watch of the agent.
+    pub fn new(client: kube::Client, guard: WatchGuard) -> Self {
+        BudgetWatches {
+            client,
+            guard,
+            inner: Arc::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Ends every watch made from now on when `stop` fires (the agent
+    /// calls this before it drains anything).
+    pub fn stop_with(&self, stop: &CancellationToken) {
+        self.lock().parent = Some(stop.clone());
+    }
+
+    /// Holds a watch of the budgets of `namespace` (only `name` if given)
+    /// until the returned hold is dropped; the first holder starts it.
+    pub fn hold(&self, namespace: &str, name: Option<&str>) -> BudgetHold {
+        let scope = Scope {
+            namespace: namespace.to_string(),
+            name: name.map(str::to_string),
+        };
+        let mut inner = self.lock();
+        let parent = inner.parent.clone();
+        let open = inner.open.entry(scope.clone()).or_insert_with(|| {
+            let stop = parent.map_or_else(CancellationToken::new, |p| p.child_token());
+            let index = Index::new();
+            let target = WatchTarget::new(
+                format!("/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"),
+                name.map(|n| format!("metadata.name={n}")),
+                self.guard.clone(),
+            );
+            tracing::debug!(scope = %scope.describe(), "a pod is blocked: watching its budget");
+            tokio::spawn(index.clone().run(self.client.clone(), target, stop.clone()));
+            Open {
+                index,
+                holders: 0,
+                stop,
+            }
+        });
+        open.holders += 1;
+        BudgetHold {
+            index: open.index.clone(),
+            watches: self.clone(),
+            scope,
+        }
+    }
+
+    fn release(&self, scope: &Scope) {
+        let mut inner = self.lock();
+        let Some(open) = inner.open.get_mut(scope) else {
+            return;
+        };
+        open.holders = open.holders.saturating_sub(1);
+        if open.holders == 0 {
+            open.stop.cancel();
+            inner.open.remove(scope);
+            tracing::debug!(scope = %scope.describe(), "nothing blocked there any more: budget watch ended");
+        }
+    }
+
+    /// The open watches' views, by what they cover (for status and
+    /// readiness: a watch that does not exist has no view to go stale).
+    pub fn views(&self) -> Vec<(String, Index)> {
+        self.lock()
+            .open
+            .iter()
+            .map(|(scope, open)| (scope.describe(), open.index.clone()))
+            .collect()
+    }
+}
+
+/// A blocked pod's claim on a budget watch; dropping it lets the watch go.
+pub struct BudgetHold {
+    index: Index,
+    watches: BudgetWatches,
+    scope: Scope,
+}
+
+impl BudgetHold {
+    /// Whether this hold covers `namespace` and `name`.
+    pub fn covers(&self, namespace: &str, name: Option<&str>) -> bool {
+        self.scope.namespace == namespace && self.scope.name.as_deref() == name
+    }
+
+    /// Resolves once a watched budget allows a disruption, seen in a change
+    /// after this call: the status seen before may still count the
+    /// disruption that was just refused.
+    pub fn allows(&self) -> impl Future<Output = ()> + use<> {
+        let budgets = self.index.clone();
+        let mut changes = budgets.changes();
+        changes.mark_unchanged();
+        let ns = self.scope.namespace.clone();
+        let name = self.scope.name.clone();
+        async move {
+            loop {
+                if changes.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
+                let allows = budgets.all().iter().any(|b| {
+                    b["metadata"]["namespace"] == ns.as_str()
+                        && name.as_deref().is_none_or(|n| b["metadata"]["name"] == n)
+                        && b["status"]["disruptionsAllowed"].as_i64().unwrap_or(0) > 0
+                });
+                if allows {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for BudgetHold {
+    fn drop(&mut self) {
+        self.watches.release(&self.scope);
+    }
+}

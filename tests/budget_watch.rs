@@ -1,0 +1,144 @@
+//! Budget watches exist only while a pod of the node is blocked by a
+//! budget, scoped to that budget's namespace (issue 11): read from what the
+//! simulated API server serves, not from the agent's insides.
+
+mod common;
+
+use common::agent::RunningAgent;
+use common::*;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, Patch, PatchParams};
+use maintd::config::Config;
+use maintd::drain::progress::EventKind;
+use maintd::sim::SimCluster;
+use serde_json::json;
+
+const PDB: &str = "poddisruptionbudgets";
+
+/// An agent for node-a with the agent's own client, so its requests carry
+/// its User-Agent.
+fn start(sim: &SimCluster) -> RunningAgent {
+    let dir = sim.static_pod_dir("node-a").unwrap();
+    RunningAgent::start_with(Config::for_node("node-a", dir), sim.agent_client("node-a"))
+}
+
+/// Paths of the budget watches node-a's agent asked for so far.
+fn budget_watches_asked(sim: &SimCluster) -> Vec<String> {
+    sim.state
+        .audit
+        .requests()
+        .into_iter()
+        .filter(|r| r.watch && r.path.contains(PDB) && r.user_agent.contains("(node node-a)"))
+        .map(|r| r.path)
+        .collect()
+}
+
+fn budget_views(agent: &RunningAgent) -> Vec<String> {
+    agent
+        .agent
+        .views()
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|n| n.contains("poddisruptionbudget"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_agent_holds_no_budget_watch() {
+    let sim = scenario("small.yaml").await;
+    let agent = start(&sim);
+    // Its other watches are open: it is up and has settled.
+    eventually("the agent watches its node and its pods", || {
+        let open = sim.state.watches.snapshot();
+        async move { open.contains_key("/api/v1/pods") && open.contains_key("/api/v1/nodes") }
+    })
+    .await;
+    // The agent starts its standing watches together; give any that would
+    // come with them time to show (a bounded pause, not a timing claim).
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(agent.progress.status().triggers.is_empty());
+    assert_eq!(
+        sim.state.watches.count(PDB),
+        0,
+        "{:?}",
+        sim.state.watches.snapshot()
+    );
+    assert_eq!(budget_watches_asked(&sim), Vec::<String>::new());
+    let lists = sim
+        .state
+        .audit
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.contains(PDB))
+        .count();
+    assert_eq!(lists, 0, "no budget is even listed");
+    assert_eq!(budget_views(&agent), Vec::<String>::new());
+    agent.stop().await;
+}
+
+/// Sets the web budget's minAvailable (3 of 3 replicas: nothing may go).
+async fn web_budget_min_available(client: &kube::Client, n: i32) {
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
+    pdbs.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"minAvailable": n}})),
+    )
+    .await
+    .expect("the web budget is patched");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_pod_watches_its_budget_only_until_it_is_unblocked() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    // The budget allows nothing until the test says so.
+    web_budget_min_available(&client, 3).await;
+    let agent = start(&sim);
+    taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
+    agent
+        .wait_for("a web pod blocked by its budget", |evs| {
+            evs.iter().any(|e| {
+                e.event == EventKind::PodBlocked && e.message.contains("disruption budget web")
+            })
+        })
+        .await;
+    // The block holds one watch, of the budget's namespace, and only that.
+    eventually("a watch of default's budgets is open", || {
+        let n = sim
+            .state
+            .watches
+            .count("/namespaces/default/poddisruptionbudgets");
+        async move { n == 1 }
+    })
+    .await;
+    assert_eq!(sim.state.watches.count(PDB), 1);
+    let asked = budget_watches_asked(&sim);
+    assert!(
+        asked
+            .iter()
+            .all(|p| p == "/apis/policy/v1/namespaces/default/poddisruptionbudgets"),
+        "{asked:?}"
+    );
+    assert_eq!(budget_views(&agent), ["poddisruptionbudget default/web"]);
+
+    // The budget allows a disruption again: the pods go, the watch with them.
+    web_budget_min_available(&client, 2).await;
+    agent.wait_event(EventKind::DrainCompleted).await;
+    assert!(
+        pods_on(&client, "node-a").await.iter().all(|p| !p
+            .metadata
+            .name
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("web-")),
+        "the web pods left node-a"
+    );
+    eventually("no budget watch is open once nothing is blocked", || {
+        let n = sim.state.watches.count(PDB);
+        async move { n == 0 }
+    })
+    .await;
+    assert_eq!(budget_views(&agent), Vec::<String>::new());
+    agent.stop().await;
+}
