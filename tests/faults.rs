@@ -494,6 +494,9 @@ async fn a_shutdown_is_acted_on_while_an_undo_waits_on_a_slow_api_server() {
         "the shutdown was not kept waiting behind the undo",
     )
     .await;
+    // The event collector runs on its own: wait until it has the release,
+    // and with it everything before.
+    s.wait_event(EventKind::ShutdownReleased).await;
     let evs = s.events();
     let preparing = evs
         .iter()
