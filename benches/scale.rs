@@ -152,14 +152,12 @@ async fn run(n: usize, idle_secs: u64) -> Row {
         }
     }
     let stop = CancellationToken::new();
-    let mut progresses = Vec::new();
     for i in 0..n {
         let node = format!("node-{i:05}");
         let agent = Agent::new(
             Config::for_node(&node, std::env::temp_dir().join("maintd-scale-none")),
             sim.agent_client(&node),
         );
-        progresses.push(agent.progress().clone());
         tokio::spawn(agent.run(stop.clone()));
     }
     // Settle: every agent has listed and written its NodeDrain.
@@ -185,7 +183,6 @@ async fn run(n: usize, idle_secs: u64) -> Row {
     let before_drain = usage(&sim, n);
     let t = Instant::now();
     let nms = Gr::new("maintd.io", "nodemaintenances");
-    let per_batch = (0..n).filter(|i| i % 10 == 0).count();
     let mut largest_nm = 0usize;
     for batch in 0..10 {
         let size = (0..n).filter(|i| i % 10 == batch).count();
@@ -228,8 +225,6 @@ async fn run(n: usize, idle_secs: u64) -> Row {
         .unwrap_or(0);
     let (cpu1, rss1) = cpu_and_rss();
     stop.cancel();
-    drop(progresses);
-    let _ = per_batch;
     Row {
         n,
         idle,

@@ -314,13 +314,10 @@ impl Index {
         self.bump();
     }
 
-    /// Records why the view cannot be kept current (e.g. a failed check
-    /// before its watch can start); the view counts as failing from then.
+    /// Records why the view cannot be kept current (a failed list or
+    /// watch, or a failed check before its watch can start); the view
+    /// counts as failing from then until a list or an event arrives.
     pub fn note_error(&self, e: String) {
-        self.set_error(e);
-    }
-
-    fn set_error(&self, e: String) {
         let mut inner = self.lock();
         inner.last_error = Some(e);
         inner.failing_since.get_or_insert_with(Instant::now);
@@ -361,7 +358,7 @@ impl Index {
                         Ok(Err(e)) => e.to_string(),
                         _ => format!("no answer in {}s", idle.as_secs()),
                     };
-                    self.set_error(format!("listing {}: {e}", target.path));
+                    self.note_error(format!("listing {}: {e}", target.path));
                     tracing::warn!(path = %target.path, error = %e, "list failed; retrying");
                     if sleep_or_stop(backoff.next_delay(), &stop).await {
                         return;
@@ -387,7 +384,7 @@ impl Index {
                         r
                     }
                     Err(e) => {
-                        self.set_error(format!("building watch request: {e}"));
+                        self.note_error(format!("building watch request: {e}"));
                         return;
                     }
                 };
@@ -402,7 +399,7 @@ impl Index {
                             Ok(Err(e)) => e.to_string(),
                             _ => format!("no answer in {}s", idle.as_secs()),
                         };
-                        self.set_error(format!("watching {}: {e}", target.path));
+                        self.note_error(format!("watching {}: {e}", target.path));
                         if sleep_or_stop(backoff.next_delay(), &stop).await {
                             return;
                         }
@@ -424,7 +421,7 @@ impl Index {
                             );
                             tracing::warn!(path = %target.path, "{why}");
                             health.failed(why.clone());
-                            self.set_error(why);
+                            self.note_error(why);
                             break;
                         }
                     };
@@ -439,7 +436,7 @@ impl Index {
                             continue 'relist;
                         }
                         Ok(Some(WatchEvent::Error(e))) => {
-                            self.set_error(format!("watch of {}: {}", target.path, e.message));
+                            self.note_error(format!("watch of {}: {}", target.path, e.message));
                             if sleep_or_stop(backoff.next_delay(), &stop).await {
                                 return;
                             }
@@ -457,7 +454,7 @@ impl Index {
                         Ok(None) => break,
                         Err(e) => {
                             tracing::debug!(path = %target.path, error = %e, "watch broke; resuming");
-                            self.set_error(format!("watch of {} broke: {e}", target.path));
+                            self.note_error(format!("watch of {} broke: {e}", target.path));
                             if sleep_or_stop(backoff.next_delay(), &stop).await {
                                 return;
                             }
