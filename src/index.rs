@@ -429,8 +429,9 @@ impl Index {
                         Ok(Some(WatchEvent::Error(e))) if e.code == 410 => {
                             health.ok();
                             // Everyone gets a 410 after an API server restart:
-                            // relist after a jittered pause, not at once.
-                            if sleep_or_stop(backoff.next_delay(), &stop).await {
+                            // the relists are spread over a few seconds.
+                            let pause = backoff.next_delay() + spread(RELIST_SPREAD);
+                            if sleep_or_stop(pause, &stop).await {
                                 return;
                             }
                             continue 'relist;
@@ -455,7 +456,9 @@ impl Index {
                         Err(e) => {
                             tracing::debug!(path = %target.path, error = %e, "watch broke; resuming");
                             self.note_error(format!("watch of {} broke: {e}", target.path));
-                            if sleep_or_stop(backoff.next_delay(), &stop).await {
+                            // A restart breaks every agent's watches at once.
+                            let pause = backoff.next_delay() + spread(REWATCH_SPREAD);
+                            if sleep_or_stop(pause, &stop).await {
                                 return;
                             }
                             break;
@@ -513,6 +516,17 @@ fn event_rv(ev: &WatchEvent<Value>) -> Option<String> {
         WatchEvent::Bookmark(b) => Some(b.metadata.resource_version.clone()),
         WatchEvent::Error(_) => None,
     }
+}
+
+/// How widely relists after a 410, and watches made again after a broken
+/// stream, are spread: an API server restart does both to every agent at
+/// the same moment.
+const RELIST_SPREAD: Duration = Duration::from_secs(5);
+const REWATCH_SPREAD: Duration = Duration::from_secs(1);
+
+/// A random part of `d`.
+fn spread(d: Duration) -> Duration {
+    d.mul_f64(rand::random::<f64>())
 }
 
 /// Returns true if `stop` fired first.
