@@ -5,7 +5,8 @@
 //! (a) idle for `MAINTD_SCALE_IDLE_SECONDS` (default 30);
 //! (b) a rolling drain: ten NodeMaintenance objects, each selecting a tenth
 //!     of the nodes (label `batch`), moved to Drain one after the other,
-//!     each once the previous one counts its nodes drained; two pods a node.
+//!     each once the previous one counts its nodes drained; two pods a node
+//!     (`MAINTD_SCALE_PODS`).
 //!
 //! Per N it prints requests per agent per minute (idle), requests per agent
 //! and per pod drained (rolling drain), watch events and bytes received per
@@ -130,7 +131,10 @@ async fn run(n: usize, idle_secs: u64) -> Row {
         None,
         json!({"metadata": {"name": "maintd"}}),
     );
-    let pods_per_node = 2;
+    let pods_per_node: usize = std::env::var("MAINTD_SCALE_PODS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
     for i in 0..n {
         let node = format!("node-{i:05}");
         create(
