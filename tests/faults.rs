@@ -103,15 +103,8 @@ async fn setup_with(
     }
     before(&sim);
     let agent = Agent::new(config, sim.agent_client("node-a"));
-    let events: Arc<Mutex<Vec<DrainEvent>>> = Arc::default();
     let progress = agent.progress().clone();
-    let mut rx = agent.progress().subscribe();
-    let sink = events.clone();
-    tokio::spawn(async move {
-        while let Ok(ev) = rx.recv().await {
-            sink.lock().unwrap().push(ev);
-        }
-    });
+    let events = common::agent::collect_events(agent.progress());
     let stop = CancellationToken::new();
     tokio::spawn(agent.run(stop.clone()));
     Setup {

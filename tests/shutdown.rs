@@ -85,14 +85,7 @@ fn start_agent(
         bus: Some(bus.address.clone()),
     });
     let agent = Agent::new(config, sim.client_with(false));
-    let events: Arc<Mutex<Vec<DrainEvent>>> = Arc::default();
-    let mut rx = agent.progress().subscribe();
-    let sink = events.clone();
-    tokio::spawn(async move {
-        while let Ok(ev) = rx.recv().await {
-            sink.lock().unwrap().push(ev);
-        }
-    });
+    let events = common::agent::collect_events(agent.progress());
     let stop = CancellationToken::new();
     tokio::spawn(agent.run(stop.clone()));
     (events, stop)

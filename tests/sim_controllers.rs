@@ -320,6 +320,69 @@ async fn replacement_on_another_node_lets_the_next_pdb_paced_eviction_through() 
         .unwrap();
 }
 
+/// The API server takes a disruption from the budget's status before it
+/// deletes the pod, in two steps. A disruption controller pass that falls
+/// between them sees the pod still there and recorded as disrupted, and
+/// plans to look again when that record expires (two minutes). The pod's
+/// deletion and its replacement must still bring the budget up to date at
+/// once, as upstream re-syncs a budget on every change of its pods.
+#[tokio::test]
+async fn a_budget_seen_between_an_evictions_two_steps_catches_up_when_the_pod_goes() {
+    let sim = cluster(PDB_PACED).await;
+    let client = sim.client_with(false);
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let pdbs: Api<PodDisruptionBudget> = Api::default_namespaced(client);
+    let allows = |n: i32| {
+        let pdbs = pdbs.clone();
+        async move {
+            pdbs.get("web-pdb")
+                .await
+                .unwrap()
+                .status
+                .is_some_and(|s| s.disruptions_allowed == n)
+        }
+    };
+    eventually("the budget allows one disruption", || allows(1)).await;
+    let victim = pods_on(&pods, "node-a", "app=web").await[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    // The eviction's first step, alone: the disruption is taken and the pod
+    // recorded, the pod not deleted yet.
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    pdbs.patch_status(
+        "web-pdb",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"status": {
+            "disruptionsAllowed": 0,
+            "disruptedPods": {victim.clone(): now},
+        }})),
+    )
+    .await
+    .unwrap();
+    // The controller passes over it, and keeps the record: the pod is live.
+    eventually("the controller has seen the recorded disruption", || {
+        let pdbs = pdbs.clone();
+        async move {
+            let st = pdbs.get("web-pdb").await.unwrap().status.unwrap();
+            st.disruptions_allowed == 0 && st.current_healthy == 1
+        }
+    })
+    .await;
+    // The second step.
+    pods.delete(&victim, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "the replacement is counted long before the record expires",
+        || allows(1),
+    )
+    .await;
+}
+
 /// Waits (bounded) until `check` holds.
 async fn eventually<F, Fut>(what: &str, mut check: F)
 where

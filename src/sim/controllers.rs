@@ -187,8 +187,14 @@ pub fn start(sim: Arc<SimState>, stop: CancellationToken) {
                 _ = tick.tick() => {
                     let work = std::mem::take(&mut dirty);
                     let now = Instant::now();
+                    // A change brings a later recheck (a disruption's
+                    // expiry) forward to the controller's lag.
                     for ns in reconcile(&sim, work, &mut placed) {
-                        budgets_due.entry(ns).or_insert(now + lag);
+                        let due = now + lag;
+                        budgets_due
+                            .entry(ns)
+                            .and_modify(|d| *d = (*d).min(due))
+                            .or_insert(due);
                     }
                     let ready: Vec<String> = budgets_due
                         .iter()

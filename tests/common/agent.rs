@@ -21,6 +21,27 @@ pub struct RunningAgent {
     pub task: tokio::task::JoinHandle<()>,
 }
 
+/// Every event the agent emits from now on, kept for the test to read. A
+/// collector that falls behind skips what it missed and goes on, instead of
+/// stopping (which would make every later wait time out).
+pub fn collect_events(progress: &Progress) -> Arc<Mutex<Vec<DrainEvent>>> {
+    let events: Arc<Mutex<Vec<DrainEvent>>> = Arc::default();
+    let mut rx = progress.subscribe();
+    let sink = events.clone();
+    tokio::spawn(async move {
+        loop {
+            match rx.recv().await {
+                Ok(ev) => sink.lock().unwrap().push(ev),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    eprintln!("the test's event collector fell {n} events behind");
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+    events
+}
+
 impl RunningAgent {
     /// An agent for `node` with every default, its static pod directory the
     /// simulator's (or `static_dir`).
@@ -40,14 +61,7 @@ impl RunningAgent {
         let agent = Agent::new(config, client);
         let progress = agent.progress().clone();
         let local = agent.local.clone();
-        let events: Arc<Mutex<Vec<DrainEvent>>> = Arc::default();
-        let mut rx = progress.subscribe();
-        let sink = events.clone();
-        tokio::spawn(async move {
-            while let Ok(ev) = rx.recv().await {
-                sink.lock().unwrap().push(ev);
-            }
-        });
+        let events = collect_events(&progress);
         let stop = CancellationToken::new();
         let task = tokio::spawn(agent.clone().run(stop.clone()));
         RunningAgent {
@@ -60,13 +74,19 @@ impl RunningAgent {
         }
     }
 
+    /// Waits until the events collected so far satisfy `check`; on a
+    /// timeout, the panic shows the agent's status (stage, blockers, last
+    /// error), so a failure in CI says where the drain stood.
     pub async fn wait_for(&self, what: &str, check: impl Fn(&[DrainEvent]) -> bool) {
-        let events = self.events.clone();
-        super::eventually(what, || {
-            let ok = check(&events.lock().unwrap());
-            async move { ok }
-        })
-        .await;
+        let deadline = tokio::time::Instant::now() + super::PATIENCE;
+        while tokio::time::Instant::now() < deadline {
+            if check(&self.events.lock().unwrap()) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let status = serde_json::to_string_pretty(&self.progress.status()).unwrap_or_default();
+        panic!("timed out waiting until {what}; the agent's status:\n{status}");
     }
 
     pub async fn wait_event(&self, kind: EventKind) {

@@ -64,6 +64,10 @@ pub async fn create_pod(
         .expect("pod created")
 }
 
+/// How long a test waits for something the agent or the simulator should
+/// do: far beyond what any of it needs, so only a real stall fails.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
 /// Waits (bounded, so a broken build fails instead of hanging) until `check`
 /// holds.
 pub async fn eventually<F, Fut>(what: &str, mut check: F)
@@ -71,7 +75,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
     while tokio::time::Instant::now() < deadline {
         if check().await {
             return;

@@ -1,6 +1,9 @@
 //! The disruption controller: recomputes each budget's status from the
 //! live pods and the disruptions the Eviction API recorded, expiring those
-//! not confirmed by a deletion within two minutes.
+//! not confirmed by a deletion within two minutes. Like upstream, it
+//! writes the status with an update conditioned on the resourceVersion it
+//! read: an eviction that took a disruption in between wins, and the
+//! controller looks again.
 
 use std::time::Duration;
 
@@ -11,32 +14,66 @@ use crate::sim::meta;
 use crate::sim::resources::Gr;
 use crate::sim::select::selector_object_matches;
 use crate::sim::state::SimState;
-use crate::sim::verbs::write_status;
+use crate::sim::verbs::{self, Part, Writer};
+
+/// How soon to look again at a budget whose status write lost a race.
+const CONFLICT_RETRY: Duration = Duration::from_millis(20);
 
 /// Recomputes the status of every budget in a namespace; returns how soon
-/// to look again for a recorded disruption to expire, if any is pending.
+/// to look again (a recorded disruption about to expire, or a write that
+/// lost a race), if anything is pending.
 pub(super) fn disruption(sim: &SimState, ns: &str) -> Option<Duration> {
     let pdbs = sim.store().list(&Gr::pdbs(), Some(ns));
+    let def = sim.store().resource(&Gr::pdbs())?;
     let mut recheck: Option<Duration> = None;
+    let mut sooner = |d: Duration| recheck = Some(recheck.map_or(d, |r: Duration| r.min(d)));
     for pdb in pdbs {
-        let (st, disrupted) = {
+        let (st, any, disrupted) = {
             let store = sim.store();
-            budget_status(&store, &pdb)
+            let (st, disrupted) = budget_status(&store, &pdb);
+            let any = store
+                .list(&Gr::pods(), Some(ns))
+                .iter()
+                .any(|p| selector_object_matches(&pdb["spec"]["selector"], p));
+            (st, any, disrupted)
         };
-        let any = sim
-            .store()
-            .list(&Gr::pods(), Some(ns))
-            .iter()
-            .any(|p| selector_object_matches(&pdb["spec"]["selector"], p));
         for at in disrupted.as_object().into_iter().flat_map(|m| m.values()) {
             let age = at.as_str().and_then(meta::age_secs).unwrap_or(0);
-            let left = Duration::from_secs(
+            sooner(Duration::from_secs(
                 u64::try_from(DISRUPTED_POD_TIMEOUT_SECS - age).unwrap_or(0) + 1,
-            );
-            recheck = Some(recheck.map_or(left, |r| r.min(left)));
+            ));
         }
+        let old = &pdb["status"];
         let allowed = st.disruptions_allowed > 0;
-        let status = json!({
+        let reason = if allowed {
+            "SufficientPods"
+        } else if any {
+            "InsufficientPods"
+        } else {
+            "NoPods"
+        };
+        let no_disrupted = |v: &Value| v.is_null() || v.as_object().is_some_and(|m| m.is_empty());
+        let unchanged = old["disruptionsAllowed"] == json!(st.disruptions_allowed)
+            && old["currentHealthy"] == json!(st.current_healthy)
+            && old["desiredHealthy"] == json!(st.desired_healthy)
+            && old["expectedPods"] == json!(st.expected_pods)
+            && old["observedGeneration"] == pdb["metadata"]["generation"]
+            && (old["disruptedPods"] == disrupted
+                || (no_disrupted(&old["disruptedPods"]) && no_disrupted(&disrupted)));
+        // Only write when something moved, so the condition time is stable.
+        if unchanged {
+            continue;
+        }
+        let old_cond = old["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "DisruptionAllowed"));
+        let status_word = if allowed { "True" } else { "False" };
+        let since = match old_cond {
+            Some(c) if c["status"] == status_word => c["lastTransitionTime"].clone(),
+            _ => json!(meta::now_time()),
+        };
+        let mut new = (*pdb).clone();
+        new["status"] = json!({
             "currentHealthy": st.current_healthy,
             "desiredHealthy": st.desired_healthy,
             "disruptionsAllowed": st.disruptions_allowed,
@@ -45,50 +82,26 @@ pub(super) fn disruption(sim: &SimState, ns: &str) -> Option<Duration> {
             "observedGeneration": pdb["metadata"]["generation"],
             "conditions": [{
                 "type": "DisruptionAllowed",
-                "status": if allowed { "True" } else { "False" },
-                "reason": if allowed { "SufficientPods" } else if any { "InsufficientPods" } else { "NoPods" },
+                "status": status_word,
+                "reason": reason,
                 "message": "",
                 "observedGeneration": pdb["metadata"]["generation"],
-                "lastTransitionTime": meta::now_time(),
+                "lastTransitionTime": since,
             }],
         });
-        // Only write when something moved, so the condition time is stable.
-        let same = |k: &str| pdb["status"][k] == status[k];
-        let no_disrupted = |v: &Value| v.is_null() || v.as_object().is_some_and(|m| m.is_empty());
-        let disrupted_same = pdb["status"]["disruptedPods"] == status["disruptedPods"]
-            || (no_disrupted(&pdb["status"]["disruptedPods"])
-                && no_disrupted(&status["disruptedPods"]));
-        if [
-            "disruptionsAllowed",
-            "currentHealthy",
-            "expectedPods",
-            "desiredHealthy",
-            "observedGeneration",
-        ]
-        .into_iter()
-        .all(same)
-            && disrupted_same
-        {
-            continue;
-        }
-        // A merge patch keeps keys it does not name: a pod no longer
-        // disrupted is removed by naming it with null.
-        let mut patch = status;
-        if let Some(old) = pdb["status"]["disruptedPods"].as_object() {
-            for k in old.keys() {
-                if patch["disruptedPods"].get(k).is_none() {
-                    patch["disruptedPods"][k] = Value::Null;
-                }
+        let writer = Writer {
+            manager: "disruption-controller".into(),
+            force: false,
+        };
+        match verbs::update(sim, &def, ns, meta::name(&pdb), Part::Status, new, &writer) {
+            Ok(_) => {}
+            // The budget changed since it was read (an eviction took a
+            // disruption, or its spec moved): recompute from the new one.
+            Err(e) if e.code == 409 => sooner(CONFLICT_RETRY),
+            Err(e) => {
+                tracing::debug!(pdb = %meta::name(&pdb), error = %e.message, "simulated disruption controller could not write status");
             }
         }
-        write_status(
-            sim,
-            &Gr::pdbs(),
-            ns,
-            meta::name(&pdb),
-            "disruption-controller",
-            patch,
-        );
     }
     recheck
 }
