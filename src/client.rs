@@ -2,10 +2,11 @@
 //! its absence) is told to the agent's [`ApiHealth`], so the agent knows
 //! how long the API server has been out of reach.
 //!
-//! The deadline covers a call up to the response's headers: for a watch
-//! that is the moment the stream starts (the watch's own idle guard takes
-//! over from there, see `index.rs`); for any other call the body follows at
-//! once and the connection's read timeout bounds it.
+//! The deadline covers a whole call, its body included; for a watch it
+//! covers the call up to the moment the stream starts (the watch's own
+//! idle guard takes over from there, see `index.rs`). Connections also
+//! have a connect timeout and a read timeout, a backstop for a connection
+//! that goes silent in the middle of a watch.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,12 +21,18 @@ use crate::index::ApiHealth;
 /// How long one API call may take before it is abandoned, by default.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Connection-level timeouts for a client config: connect within 10 s,
-/// and a read that waits longer than `read` on an open connection fails
-/// (a backstop for a half-open connection in the middle of a response).
-pub fn with_connection_timeouts(mut config: kube::Config, read: Duration) -> kube::Config {
+/// How long an open connection may stay silent before a read on it
+/// fails: longer than the default watch idle guard, which is what notices
+/// a dead watch first; an API server sends a watch a bookmark at least once
+/// a minute, so a healthy connection never comes near it.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(150);
+
+/// Connection-level timeouts for a client config: connect within 10 s, and
+/// a read that waits longer than [`READ_TIMEOUT`] on an open connection
+/// fails (kube sets none by default: a read could wait forever).
+pub fn with_connection_timeouts(mut config: kube::Config) -> kube::Config {
     config.connect_timeout = Some(Duration::from_secs(10));
-    config.read_timeout = Some(read);
+    config.read_timeout = Some(READ_TIMEOUT);
     // Time a pooled connection sat idle must not count against a read.
     config.reset_reader_on_write = true;
     config
@@ -65,7 +72,19 @@ impl tower::Service<Request<Body>> for Guarded {
         let this = self.clone();
         Box::pin(async move {
             let what = format!("{} {}", req.method(), req.uri().path());
-            match tokio::time::timeout(this.timeout, this.inner.send(req)).await {
+            let watch = is_watch(&req);
+            let call = async {
+                let resp = this.inner.send(req).await?;
+                if watch {
+                    return Ok(resp);
+                }
+                // The body is read within the same deadline: a connection
+                // that goes silent after the headers must not hold the call.
+                let (parts, body) = resp.into_parts();
+                let bytes = body.collect_bytes().await?;
+                Ok(Response::from_parts(parts, Body::from(bytes)))
+            };
+            match tokio::time::timeout(this.timeout, call).await {
                 Ok(Ok(resp)) => {
                     if resp.status().is_server_error() {
                         this.health
@@ -93,5 +112,77 @@ impl tower::Service<Request<Body>> for Guarded {
                 }
             }
         })
+    }
+}
+
+/// Whether a request opens a watch stream (its body is read for as long as
+/// the watch lasts, under the watch's idle guard, not the call's deadline).
+fn is_watch(req: &Request<Body>) -> bool {
+    req.uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// An API server that sends the headers of an answer and part of its
+    /// body, then goes silent with the connection still open (as when a
+    /// NAT drops the flow halfway).
+    async fn silent_after_headers() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = conn.read(&mut buf).await;
+                    let _ = conn
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"kind\":")
+                        .await;
+                    std::future::pending::<()>().await;
+                    drop(conn);
+                });
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_body_never_ends_fails_at_its_deadline() {
+        let url = silent_after_headers().await;
+        let config = kube::Config::new(url.parse().unwrap());
+        let inner = kube::Client::try_from(with_connection_timeouts(config)).unwrap();
+        let health = ApiHealth::default();
+        let client = guarded(inner, Duration::from_millis(300), health.clone());
+        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+        // The test's own bound only keeps a broken build from hanging.
+        let answer = tokio::time::timeout(Duration::from_secs(30), nodes.get("node-a"))
+            .await
+            .expect("the call ends on its own deadline");
+        let err = answer.expect_err("a body that never ends is an error");
+        assert!(err.to_string().contains("no answer"), "{err}");
+        assert!(
+            health.current_error().is_some_and(|e| e.contains("GET")),
+            "the agent's API health records the failure"
+        );
+    }
+
+    #[test]
+    fn only_watch_requests_are_streams() {
+        let req = |q: &str| {
+            Request::builder()
+                .uri(format!("http://x/api/v1/pods?{q}"))
+                .body(Body::empty())
+                .unwrap()
+        };
+        assert!(is_watch(&req("watch=true&resourceVersion=5")));
+        assert!(is_watch(&req("fieldSelector=a&watch=1")));
+        assert!(!is_watch(&req("limit=500")));
+        assert!(!is_watch(&req(
+            "fieldSelector=metadata.name%3Dwatch%3Dtrue"
+        )));
     }
 }

@@ -17,9 +17,11 @@ pub fn user_agent(node: &str) -> String {
 }
 
 /// A client configuration made fit for an agent: kube's own retry off
-/// (the drain paces its retries and must see every 429), and the agent's
-/// User-Agent. A node name that cannot go into a header is left out of it.
-pub fn agent_config(mut config: kube::Config, node: &str) -> kube::Config {
+/// (the drain paces its retries and must see every 429), connect and read
+/// timeouts, and the agent's User-Agent. A node name that cannot go into a
+/// header is left out of it.
+pub fn agent_config(config: kube::Config, node: &str) -> kube::Config {
+    let mut config = crate::client::with_connection_timeouts(config);
     config.default_retry = false;
     let ua = http::HeaderValue::from_str(&user_agent(node))
         .or_else(|_| http::HeaderValue::from_str(&user_agent("?")));

@@ -154,8 +154,10 @@ async fn an_ended_trigger_sends_none_of_the_evictions_still_queued() {
     })
     .await;
     taint(&client, "node-a", "maintd.io/drain", None).await;
+    // The agent hears of the end through its watch and stops the drain.
     // The audit log is in the API's order: everything from here on came
-    // after the trigger ended.
+    // after the drain was stopped.
+    agent.wait_event(EventKind::DrainCancelled).await;
     let ended = sim.state.audit.entries().len();
     agent.wait_event(EventKind::UndoCompleted).await;
     let before = evictions(0) - evictions(ended);
@@ -309,4 +311,71 @@ fn before_evictions(st: &maintd::drain::progress::DrainStatus) -> usize {
         .flat_map(|s| &s.pods)
         .filter(|p| p.state == maintd::drain::progress::PodState::Gone)
         .count()
+}
+
+/// A drain under a deadline gives up on a pod it could not get off in
+/// time; once no deadline applies any more (the deadline is withdrawn while
+/// a taint still asks for the drain), that pod is tried again and blocks
+/// the drain by name: the node is not reported Drained with it still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_given_up_on_for_a_deadline_are_tried_again_when_it_is_withdrawn() {
+    let sim = scenario("small.yaml").await;
+    maintd_namespace(&sim).await;
+    unmovable_budget(&sim, "stuck").await;
+    let mut stuck = bare_pod("stuck", 1500, json!({"app": "stuck"}));
+    // A finalizer nobody removes: neither eviction nor deletion gets it off.
+    stuck["metadata"]["finalizers"] = json!(["example.com/never"]);
+    post_pod(&sim, &stuck).await;
+    sim.wait_settled(Duration::from_secs(30)).await.unwrap();
+    let agent = RunningAgent::start(&sim, "node-a", None);
+    taint(&sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
+    agent
+        .local
+        .request("reboot soon", Some(Duration::from_secs(6)));
+    agent.wait_event(EventKind::DrainFailed).await;
+    assert!(
+        agent
+            .progress
+            .status()
+            .blockers
+            .iter()
+            .any(|b| b.pod == "stuck"),
+        "the pod given up on is named"
+    );
+
+    // The deadline goes; the taint still wants the node drained.
+    let seen = agent.events().len();
+    agent.local.clear();
+    agent
+        .wait_for("the drain re-planned without a deadline", |evs| {
+            evs[seen..]
+                .iter()
+                .any(|e| e.event == EventKind::DrainStarted && e.message.starts_with("re-planned"))
+        })
+        .await;
+    let progress = agent.progress.clone();
+    eventually("the pod blocks the drain by name again", || {
+        let st = progress.status();
+        async move { st.phase == Phase::Blocked && st.blockers.iter().any(|b| b.pod == "stuck") }
+    })
+    .await;
+    assert!(
+        agent.events()[seen..]
+            .iter()
+            .all(|e| e.event != EventKind::DrainCompleted),
+        "never reported drained while the pod is on the node"
+    );
+
+    // Once it is really gone, the drain completes.
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(sim.client(), "default");
+    pods.patch(
+        "stuck",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    agent.wait_event(EventKind::DrainCompleted).await;
+    agent.stop().await;
 }

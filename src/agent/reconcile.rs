@@ -242,6 +242,11 @@ impl Reconciler {
                 if wanted {
                     self.start(desired, stop);
                 } else {
+                    let p = agent.progress();
+                    let mut ev = p.event(crate::drain::progress::EventKind::DrainCancelled);
+                    ev.message =
+                        "no trigger asks for the drain any more: nothing more is evicted".into();
+                    p.emit(ev);
                     self.start_undo(stop);
                 }
             }

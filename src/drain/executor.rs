@@ -115,6 +115,10 @@ struct PodBook {
     /// Pods given up on, with why: left by a timed-out stage under the Skip
     /// policy, or still there when a shutdown stage's time ran out.
     abandoned: HashMap<String, String>,
+    /// Of those, the ones given up on only because a deadline's time ran
+    /// out: a drain re-planned without a deadline (a shutdown cancelled
+    /// while a taint still asks for the drain) tries them again.
+    out_of_time: HashSet<String>,
     /// Completed pods already deleted.
     deleted: HashSet<String>,
     /// The stages done, as the status showed them when they ended.
@@ -166,7 +170,11 @@ impl Drainer {
         };
         if resumed {
             let (done, left) = {
-                let b = self.book();
+                let mut b = self.book();
+                if opts.deadline.is_none() {
+                    let retry = std::mem::take(&mut b.out_of_time);
+                    b.abandoned.retain(|uid, _| !retry.contains(uid));
+                }
                 (b.finished.len(), b.abandoned.len())
             };
             ev.message = format!(

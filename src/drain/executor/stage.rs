@@ -131,23 +131,38 @@ impl Drainer {
                 }
                 _ = sleep_until(escalate_at) => {
                     let now = Instant::now();
+                    let share_end = started + timeout.unwrap_or_default();
+                    let mut due_now = Vec::new();
                     while schedule.front().is_some_and(|d| d.at <= now) {
                         let Some(due) = schedule.pop_front() else { break };
                         let Some(pod) = pods.iter().find(|x| x.uid == due.uid) else { continue };
-                        if !self.pods.contains(&pod.uid) || cancel.is_cancelled() {
+                        if !self.pods.contains(&pod.uid) {
                             continue;
                         }
                         if let Some(stop) = stop_evicting.get(&pod.uid) {
                             stop.cancel();
                         }
-                        let share_end = started + timeout.unwrap_or_default();
                         let grace = budget::deletion_grace(
                             due.grace_seconds,
                             share_end.saturating_duration_since(now),
                             opts.deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now)),
                         );
-                        if self.escalate(number, pod, grace).await {
-                            deletions.push((now.saturating_duration_since(started), grace));
+                        due_now.push((pod, grace));
+                    }
+                    // The deletions that fall due together go out together:
+                    // one slow answer must not eat into the others' grace.
+                    let sent = futures::future::join_all(
+                        due_now.iter().map(|(pod, grace)| self.escalate(number, pod, *grace)),
+                    );
+                    tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => continue,
+                        sent = sent => {
+                            for ((_, grace), ok) in due_now.iter().zip(sent) {
+                                if ok {
+                                    deletions.push((now.saturating_duration_since(started), *grace));
+                                }
+                            }
                         }
                     }
                 }
@@ -221,7 +236,10 @@ impl Drainer {
         }
         self.report_timeout(number, left.len(), share);
         for (x, why) in left {
-            self.book().abandoned.insert(x.uid.clone(), why.clone());
+            let mut b = self.book();
+            b.abandoned.insert(x.uid.clone(), why.clone());
+            b.out_of_time.insert(x.uid.clone());
+            drop(b);
             self.set_pod(&x.uid, PodState::Blocked, Some(why));
         }
     }
