@@ -101,6 +101,21 @@ fn the_shutdown_demo_waits_for_the_drain_within_the_budget() {
     let mut sorted = gone.clone();
     sorted.sort();
     assert_eq!(gone, sorted);
+    // The lock went because the node was drained, not because time ran
+    // out: the reboot waited only as long as the drain needed.
+    assert!(
+        evs[released]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("drained")),
+        "{}",
+        evs[released]
+    );
+    assert!(
+        !kinds.contains(&"drain_failed"),
+        "nothing was cut short by the budget"
+    );
+    let last_gone = kinds.iter().rposition(|k| *k == "pod_gone").unwrap();
+    assert!(last_gone < released, "every pod gone before the release");
     let shutdown = evs.last().unwrap();
     assert_eq!(shutdown["event"], "shutdown");
     assert_eq!(shutdown["timed_out"], false);

@@ -411,6 +411,18 @@ async fn an_api_out_of_reach_from_the_start_still_gets_the_lock_and_healthz_and_
 /// independent logind, whose Reboot the test makes announce a shutdown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_dbusmock_logind_an_api_out_of_reach_at_a_shutdown_does_not_hold_the_reboot() {
+    dbusmock_reboot_with_the_api_away(false).await;
+}
+
+/// Against python-dbusmock's logind, with the API server out of reach
+/// before the agent starts: the lock is still taken, and a reboot is
+/// still bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_dbusmock_logind_an_api_out_of_reach_from_the_start_still_gets_the_lock() {
+    dbusmock_reboot_with_the_api_away(true).await;
+}
+
+async fn dbusmock_reboot_with_the_api_away(from_start: bool) {
     use logind_support::{DbusMock, client};
     let bus = PrivateBus::start().expect("dbus-daemon starts");
     let mock = DbusMock::start(&bus, true).await;
@@ -434,6 +446,9 @@ async fn with_dbusmock_logind_an_api_out_of_reach_at_a_shutdown_does_not_hold_th
         margin: Duration::from_secs(2),
         bus: Some(bus.address.clone()),
     });
+    if from_start {
+        sim.state.faults.black_hole(true);
+    }
     let stop = CancellationToken::new();
     tokio::spawn(Agent::new(config, sim.agent_client("node-a")).run(stop.clone()));
     let logind = client(&bus).await;
@@ -461,7 +476,8 @@ async fn with_dbusmock_logind_an_api_out_of_reach_at_a_shutdown_does_not_hold_th
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!(
-        "dbusmock logind, API out of reach: the lock went after {:.1}s",
+        "dbusmock logind, API out of reach{}: the lock went after {:.1}s",
+        if from_start { " from the start" } else { "" },
         t0.elapsed().as_secs_f64()
     );
     sim.state.faults.clear();

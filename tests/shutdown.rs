@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use maintd::agent::Agent;
@@ -481,5 +482,65 @@ async fn a_pod_that_cannot_be_evicted_is_deleted_with_a_grace_under_dbusmock_log
     })
     .await;
     assert_escalated_then_gone(&evs);
+    stop.cancel();
+}
+
+/// The suspend of `a_suspend_drains_then_lets_go_and_the_resume_undoes_the_drain`
+/// against python-dbusmock's logind, an implementation that is not ours:
+/// the lock covers sleep, a PrepareForSleep drains the node and lets the
+/// lock go once drained, and the resume takes it again and undoes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspend_under_dbusmock_logind_drains_lets_go_and_the_resume_undoes() {
+    let bus = PrivateBus::start().expect("dbus-daemon starts");
+    let mock = DbusMock::start(&bus, true).await;
+    mock.add_property("InhibitDelayMaxUSec", Value::U64(60_000_000))
+        .await;
+    let sim = scenario("small.yaml").await;
+    let (events, stop) = start_agent(&sim, &bus, Duration::from_secs(5), true);
+    let logind = Logind::connect(&BusAddress::Address(bus.address.clone()))
+        .await
+        .expect("connect to the private bus");
+    let maintd_locks = |what: &'static str| {
+        let logind = &logind;
+        async move {
+            let list = logind.list_inhibitors().await.expect("ListInhibitors");
+            list.iter()
+                .filter(|i| i.who == "maintd" && i.what.contains(what))
+                .count()
+        }
+    };
+    eventually("maintd's lock covers sleep", || {
+        maintd_locks("sleep").then(|n| async move { n == 1 })
+    })
+    .await;
+
+    mock.emit_prepare_for_sleep(true).await;
+    eventually("the lock goes once the node is drained", || {
+        maintd_locks("sleep").then(|n| async move { n == 0 })
+    })
+    .await;
+    let evs = wait_event(&events, EventKind::ShutdownReleased).await;
+    let released = position(&evs, EventKind::ShutdownReleased).unwrap();
+    let last_eviction = evs
+        .iter()
+        .rposition(|e| e.event == EventKind::PodEvicted)
+        .expect("pods were evicted before the suspend");
+    assert!(last_eviction < released, "drained, then let go");
+    assert!(
+        evs[released].message.contains("drained"),
+        "released because drained, not at the deadline: {}",
+        evs[released].message
+    );
+
+    mock.emit_prepare_for_sleep(false).await;
+    wait_event(&events, EventKind::UndoCompleted).await;
+    assert!(
+        !is_cordoned(&sim.client(), "node-a").await,
+        "back in service"
+    );
+    eventually("the lock is taken again after the resume", || {
+        maintd_locks("sleep").then(|n| async move { n == 1 })
+    })
+    .await;
     stop.cancel();
 }

@@ -241,14 +241,24 @@ impl Reconciler {
     }
 
     /// Stops the static pods from their manifests (the kubelet gives them
-    /// their grace) and sets when the lock goes: after the longest grace,
-    /// and before the deadline.
+    /// their grace) and sets when the lock goes: once every static pod
+    /// stopped now or earlier in the drain has had its grace, and before
+    /// the deadline.
     fn go_offline(&self, deadline: Instant, quiet: Duration) -> Offline {
         let agent = &self.agent;
         let now = Instant::now();
         let mut grace = 0;
         let mut what = "no static pod directory".to_string();
+        // Manifests the drain already moved: their pods may still be within
+        // their grace.
+        let mut earlier_done = now;
         if let Some(stash) = &agent.drainer.stash {
+            for m in stash.stashed_manifests().unwrap_or_default() {
+                if let Some(moved) = moved_at(&stash.stash_dir.join(&m.file)) {
+                    let grace = Duration::from_secs(m.grace_seconds.max(0).unsigned_abs());
+                    earlier_done = earlier_done.max(moved + grace);
+                }
+            }
             match stash.manifests() {
                 Ok(manifests) => {
                     grace = manifests.iter().map(|m| m.grace_seconds).max().unwrap_or(0);
@@ -266,7 +276,9 @@ impl Reconciler {
                 Err(e) => what = format!("static pods could not be stopped: {e}"),
             }
         }
-        let release_at = (now + Duration::from_secs(grace.max(0).unsigned_abs())).min(deadline);
+        let release_at = (now + Duration::from_secs(grace.max(0).unsigned_abs()))
+            .max(earlier_done)
+            .min(deadline);
         let message = format!(
             "the API server has not answered for {}s during the shutdown: nothing more can be evicted; {what}; releasing the lock in {}s, after their grace",
             quiet.as_secs(),

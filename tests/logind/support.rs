@@ -179,6 +179,21 @@ impl DbusMock {
         .await;
     }
 
+    /// Emits PrepareForSleep (true: a suspend is coming; false: resumed).
+    pub async fn emit_prepare_for_sleep(&self, start: bool) {
+        let args: Vec<Value<'_>> = vec![Value::Bool(start)];
+        self.mock_call(
+            "EmitSignal",
+            &(
+                "org.freedesktop.login1.Manager",
+                "PrepareForSleep",
+                "b",
+                args,
+            ),
+        )
+        .await;
+    }
+
     /// Kills the mock: logind "crashes" and takes its inhibitor table along.
     pub async fn kill(mut self) {
         let _ = self.child.kill().await;
