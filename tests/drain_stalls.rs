@@ -63,6 +63,11 @@ async fn a_mirror_pod_with_no_manifest_in_the_directory_is_a_named_blocker() {
     let root = tempfile::tempdir().unwrap();
     let empty = root.path().join("manifests");
     std::fs::create_dir(&empty).unwrap();
+    // The node's NodeDrain is where the cluster reads the blocker.
+    kube::Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(sim.client())
+        .create(&Default::default(), &maintd::api::nodedrain_crd().unwrap())
+        .await
+        .unwrap();
     let agent = RunningAgent::start(&sim, "node-a", Some(empty.clone()));
     taint(&sim.client(), "node-a", "maintd.io/drain", Some("x")).await;
     let want = format!("no manifest for this mirror pod in {}", empty.display());
@@ -87,6 +92,21 @@ async fn a_mirror_pod_with_no_manifest_in_the_directory_is_a_named_blocker() {
         agent.progress.status().current_stage.map(|s| s > 1),
         Some(true)
     );
+    let k = common::kubectl::Kubectl::new(&sim);
+    let k = &k;
+    let want = &want;
+    eventually(
+        "the NodeDrain says Blocked and names the mirror pod",
+        || async move {
+            let d = k.json(&["get", "nodedrain", "node-a"]).await;
+            d["status"]["phase"] == "Blocked"
+                && d["status"]["blockers"].as_array().is_some_and(|bs| {
+                    bs.iter()
+                        .any(|b| b["pod"] == "node-proxy-node-a" && b["reason"] == want.as_str())
+                })
+        },
+    )
+    .await;
     agent.stop().await;
 }
 
