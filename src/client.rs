@@ -38,6 +38,31 @@ pub fn with_connection_timeouts(mut config: kube::Config) -> kube::Config {
     config
 }
 
+/// An API error in words a person reads: the API server's own message with
+/// its code and reason ("nodes \"x\" not found (404 NotFound)"), or what
+/// kept the request from being answered ("connection refused"). kube's own
+/// text for an API error carries a debug dump of the whole Status.
+pub fn explain(e: &kube::Error) -> String {
+    use crate::preflight::{one_line, root_cause};
+    match e {
+        kube::Error::Api(s) => {
+            let reason = if s.reason.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", s.reason)
+            };
+            format!("{} ({}{reason})", one_line(&s.message), s.code)
+        }
+        kube::Error::HyperError(_) => {
+            format!("the API server could not be reached: {}", root_cause(e))
+        }
+        kube::Error::SerdeError(err) => {
+            format!("the API server's answer could not be read: {err}")
+        }
+        other => one_line(&other.to_string()),
+    }
+}
+
 /// Wraps `client` so that every call is bounded by `timeout` and reported
 /// to `health`.
 pub fn guarded(client: kube::Client, timeout: Duration, health: ApiHealth) -> kube::Client {
@@ -98,7 +123,7 @@ impl tower::Service<Request<Body>> for Guarded {
                     // An error status is an answer; anything else is not.
                     match &e {
                         kube::Error::Api(s) if s.code < 500 => this.health.ok(),
-                        _ => this.health.failed(format!("{what}: {e}")),
+                        _ => this.health.failed(format!("{what}: {}", explain(&e))),
                     }
                     Err(e)
                 }
@@ -184,5 +209,35 @@ mod tests {
         assert!(!is_watch(&req(
             "fieldSelector=metadata.name%3Dwatch%3Dtrue"
         )));
+    }
+}
+
+#[cfg(test)]
+mod explain_tests {
+    use super::*;
+
+    #[test]
+    fn an_api_error_reads_as_its_message_code_and_reason() {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 404, "reason": "NotFound",
+            "message": "namespaces \"maintd\" not found",
+        }))
+        .unwrap();
+        let e = kube::Error::Api(Box::new(status));
+        assert!(
+            e.to_string().contains("Status {"),
+            "kube's own text dumps the Status"
+        );
+        assert_eq!(
+            explain(&e),
+            "namespaces \"maintd\" not found (404 NotFound)"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_answer_says_so() {
+        let bad = serde_json::from_str::<serde_json::Value>("{").unwrap_err();
+        let e = kube::Error::SerdeError(bad);
+        assert!(explain(&e).starts_with("the API server's answer could not be read"));
     }
 }

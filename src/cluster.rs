@@ -139,7 +139,7 @@ impl ClusterOps {
         self.client
             .request::<Value>(req)
             .await
-            .map_err(|e| self.node_err(format!("reading the node: {e}")))
+            .map_err(|e| self.node_err(format!("reading the node: {}", crate::client::explain(&e))))
     }
 
     /// Edits the node with `edit` (which sees the current node and returns a
@@ -170,7 +170,11 @@ impl ClusterOps {
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     tokio::time::sleep(backoff.next_delay()).await;
                 }
-                Err(e) => return Err(self.node_err(format!("patching the node: {e}"))),
+                Err(e) => {
+                    return Err(
+                        self.node_err(format!("patching the node: {}", crate::client::explain(&e)))
+                    );
+                }
             }
         }
         Err(self.node_err("the node kept changing under 20 attempts to edit it; will retry"))
@@ -313,7 +317,7 @@ impl ClusterOps {
                 },
             },
             Ok(Err(e)) => EvictionOutcome::Failed {
-                message: e.to_string(),
+                message: crate::client::explain(&e),
             },
         }
     }
@@ -342,7 +346,7 @@ impl ClusterOps {
         match self.client.request::<Value>(req).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-            Err(e) => Err(err(format!("deleting: {e}"))),
+            Err(e) => Err(err(format!("deleting: {}", crate::client::explain(&e)))),
         }
     }
 
@@ -381,7 +385,10 @@ impl ClusterOps {
         match self.client.request::<Value>(req).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(err(format!("removing finalizer {finalizer}: {e}"))),
+            Err(e) => Err(err(format!(
+                "removing finalizer {finalizer}: {}",
+                crate::client::explain(&e)
+            ))),
         }
     }
 }

@@ -355,7 +355,7 @@ impl Index {
                 }
                 failed => {
                     let e = match failed {
-                        Ok(Err(e)) => e.to_string(),
+                        Ok(Err(e)) => crate::client::explain(&e),
                         _ => format!("no answer in {}s", idle.as_secs()),
                     };
                     self.note_error(format!("listing {}: {e}", target.path));
@@ -396,7 +396,7 @@ impl Index {
                     Ok(Ok(s)) => s.boxed(),
                     failed => {
                         let e = match failed {
-                            Ok(Err(e)) => e.to_string(),
+                            Ok(Err(e)) => crate::client::explain(&e),
                             _ => format!("no answer in {}s", idle.as_secs()),
                         };
                         self.note_error(format!("watching {}: {e}", target.path));
@@ -454,6 +454,7 @@ impl Index {
                         // The server ended the watch (timeout): resume.
                         Ok(None) => break,
                         Err(e) => {
+                            let e = crate::client::explain(&e);
                             tracing::debug!(path = %target.path, error = %e, "watch broke; resuming");
                             self.note_error(format!("watch of {} broke: {e}", target.path));
                             // A restart breaks every agent's watches at once.

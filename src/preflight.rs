@@ -180,18 +180,10 @@ pub async fn node_exists(
 /// code, a connection failure by its root cause and the server's address.
 pub fn describe(e: &kube::Error, server: &str) -> String {
     match e {
-        kube::Error::Api(s) => {
-            let reason = if s.reason.is_empty() {
-                String::new()
-            } else {
-                format!(" {}", s.reason)
-            };
-            format!("{} ({}{reason})", s.message.trim(), s.code)
-        }
         kube::Error::HyperError(_) | kube::Error::Service(_) => {
             format!("cannot reach the API server at {server}: {}", root_cause(e))
         }
-        other => one_line(&other.to_string()),
+        other => crate::client::explain(other),
     }
 }
 

@@ -266,6 +266,22 @@ async fn a_flaky_api_server_slows_the_drain_but_it_completes() {
         .map(|p| p.metadata.name.unwrap_or_default())
         .collect();
     assert!(left.is_empty(), "drained despite the failures: {left:?}");
+    // What the agent said of the failures is in words a person reads.
+    let said: Vec<String> = s
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| e.message.clone())
+        .filter(|m| m.contains("503"))
+        .collect();
+    assert!(!said.is_empty(), "the failures were reported");
+    for m in &said {
+        assert!(
+            !m.contains("Status {") && !m.contains("ErrorResponse"),
+            "{m}"
+        );
+    }
     s.stop.cancel();
 }
 
@@ -372,6 +388,9 @@ async fn a_forbidden_crd_check_does_not_keep_the_agent_from_its_lock_or_its_endp
             .is_some_and(|e| e.contains("may not list"))
     })
     .await;
+    // Said in words, not as a dump of the API's Status.
+    let (_, body) = request(addr, "GET", "/v1/status", "").await;
+    assert!(!body.contains("Status {"), "{body}");
     // The other triggers still work.
     taint(&s.sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
     wait_marked(&s.sim, Duration::from_secs(20)).await;

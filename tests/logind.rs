@@ -5,6 +5,7 @@
 #[path = "logind/dbusmock.rs"]
 mod dbusmock;
 #[path = "logind/support.rs"]
+#[allow(dead_code)]
 mod support;
 
 use std::time::Duration;

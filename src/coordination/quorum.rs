@@ -48,7 +48,7 @@ pub async fn quorum_guard(client: kube::Client, node: &str) -> Result<(), Coordi
     let nodes: Api<Node> = Api::all(client);
     let err = |action: &str, e: kube::Error| CoordinationError::Quorum {
         node: node.to_string(),
-        message: format!("{action}: {e}"),
+        message: format!("{action}: {}", crate::client::explain(&e)),
     };
     let me = nodes
         .get_opt(node)

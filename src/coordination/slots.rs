@@ -96,7 +96,7 @@ impl RebootSlots {
             .api
             .get_opt(&name)
             .await
-            .map_err(|e| self.err(&name, "reading the slot", e))?;
+            .map_err(|e| self.err(&name, "reading the slot", crate::client::explain(&e)))?;
         Ok((name, lease))
     }
 
@@ -147,7 +147,7 @@ impl RebootSlots {
                 {
                     Ok(_) => Ok(Some(Acquisition::Acquired(name.clone()))),
                     Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
-                    Err(e) => Err(self.err(name, "renewing the slot", e)),
+                    Err(e) => Err(self.err(name, "renewing the slot", crate::client::explain(&e))),
                 };
             }
         }
@@ -201,7 +201,9 @@ impl RebootSlots {
                         holders.push(Holder { holder, slot: name });
                     }
                 }
-                Err(e) => return Err(self.err(&name, "taking the slot", e)),
+                Err(e) => {
+                    return Err(self.err(&name, "taking the slot", crate::client::explain(&e)));
+                }
             }
         }
         Ok(Some(Acquisition::Full { holders }))
@@ -236,11 +238,13 @@ impl RebootSlots {
     /// the node's (taken over after it expired, or released).
     pub async fn renew(&self, node: &str, slot: &str) -> Result<(), CoordinationError> {
         for _ in 0..5 {
-            let lease = self
-                .api
-                .get_opt(slot)
-                .await
-                .map_err(|e| self.err(slot, "reading the slot to renew it", e))?;
+            let lease = self.api.get_opt(slot).await.map_err(|e| {
+                self.err(
+                    slot,
+                    "reading the slot to renew it",
+                    crate::client::explain(&e),
+                )
+            })?;
             let now = Timestamp::now();
             let Some(lease) = lease.filter(|l| {
                 matches!(lease::slot_state(l, now), SlotState::Held { ref holder, .. } if holder == node)
@@ -257,7 +261,9 @@ impl RebootSlots {
             {
                 Ok(_) => return Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                Err(e) => return Err(self.err(slot, "renewing the slot", e)),
+                Err(e) => {
+                    return Err(self.err(slot, "renewing the slot", crate::client::explain(&e)));
+                }
             }
         }
         Err(self.err(
@@ -297,7 +303,13 @@ impl RebootSlots {
                         break;
                     }
                     Err(kube::Error::Api(s)) if s.code == 409 && attempt < 5 => continue,
-                    Err(e) => return Err(self.err(&name, "releasing the slot", e)),
+                    Err(e) => {
+                        return Err(self.err(
+                            &name,
+                            "releasing the slot",
+                            crate::client::explain(&e),
+                        ));
+                    }
                 }
             }
         }
@@ -338,7 +350,7 @@ pub async fn groups_held_by(
         .await
         .map_err(|e| CoordinationError::Api {
             lease: format!("{namespace}/maintd-reboot-*"),
-            message: format!("listing the reboot slots: {e}"),
+            message: format!("listing the reboot slots: {}", crate::client::explain(&e)),
         })?;
     let now = Timestamp::now();
     let mut groups: Vec<String> = leases

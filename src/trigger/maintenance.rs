@@ -295,7 +295,10 @@ async fn fetch(client: &kube::Client, path: &str, name: &str) -> Result<Option<V
     match tokio::time::timeout(Duration::from_secs(10), client.request::<Value>(req)).await {
         Ok(Ok(obj)) => Ok(Some(obj)),
         Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(None),
-        Ok(Err(e)) => Err(format!("reading {path}/{name}: {e}")),
+        Ok(Err(e)) => Err(format!(
+            "reading {path}/{name}: {}",
+            crate::client::explain(&e)
+        )),
         Err(_) => Err(format!("reading {path}/{name} timed out after 10s")),
     }
 }
@@ -319,7 +322,7 @@ async fn resource_exists(client: &kube::Client, path: &str) -> Result<Presence, 
         Ok(Ok(_)) => Ok(Presence::Present),
         Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(Presence::Absent),
         Ok(Err(kube::Error::Api(s))) if s.code == 403 => Ok(Presence::Forbidden(s.message)),
-        Ok(Err(e)) => Err(format!("listing {path}: {e}")),
+        Ok(Err(e)) => Err(format!("listing {path}: {}", crate::client::explain(&e))),
         Err(_) => Err(format!("listing {path} timed out after 30s")),
     }
 }
