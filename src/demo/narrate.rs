@@ -12,6 +12,8 @@ use crate::drain::progress::{DrainEvent, EventKind, PodState, Progress};
 
 /// Prints the demo's events; remembers whether a live bar is on screen.
 pub struct Narrator {
+    /// Standard output, or a buffer in tests.
+    out: Box<dyn Write + Send>,
     style: Style,
     /// Draw a live bar (stdout is a terminal).
     live: bool,
@@ -21,7 +23,13 @@ pub struct Narrator {
 
 impl Narrator {
     pub fn new(style: Style, live: bool) -> Narrator {
+        Self::to(Box::new(std::io::stdout()), style, live)
+    }
+
+    /// A narrator writing to `out`.
+    fn to(out: Box<dyn Write + Send>, style: Style, live: bool) -> Narrator {
         Narrator {
+            out,
             style,
             live: live && style == Style::Human,
             bar: None,
@@ -52,7 +60,7 @@ impl Narrator {
     fn event(&mut self, ev: &DrainEvent, progress: &Progress) {
         if self.style == Style::Json {
             if let Ok(line) = serde_json::to_string(ev) {
-                let _ = writeln!(std::io::stdout().lock(), "{line}");
+                let _ = writeln!(self.out, "{line}");
             }
             return;
         }
@@ -91,9 +99,14 @@ impl Narrator {
             EventKind::PodDeleted => format!("{t:7.2}s    deleted   {pod}: {}", ev.message),
             EventKind::StaticPodsStashed => format!("{t:7.2}s    static pods: {}", ev.message),
             EventKind::StageCompleted => {
-                self.bar = None;
                 let (done, total) = stage_counts(progress, stage);
-                format!("{t:7.2}s  stage {stage} done {}", bar(done, total))
+                // Said over the bar (erasing it), which then ends.
+                self.say(&format!(
+                    "{t:7.2}s  stage {stage} done {}",
+                    bar(done, total)
+                ));
+                self.bar = None;
+                return;
             }
             EventKind::StageTimedOut
             | EventKind::StageEscalated
@@ -118,8 +131,8 @@ impl Narrator {
     }
 
     /// A line of the story, above the bar if one is drawn.
-    fn say(&self, line: &str) {
-        let mut out = std::io::stdout().lock();
+    fn say(&mut self, line: &str) {
+        let out = &mut self.out;
         if self.bar.is_some() {
             // Carriage return and erase line: the bar is redrawn below.
             let _ = write!(out, "\r\x1b[2K");
@@ -129,12 +142,12 @@ impl Narrator {
     }
 
     /// Redraws the running stage's bar on the last line.
-    fn draw(&self, progress: &Progress, last: &str) {
+    fn draw(&mut self, progress: &Progress, last: &str) {
         let Some(stage) = self.bar else {
             return;
         };
         let (done, total) = stage_counts(progress, stage);
-        let mut out = std::io::stdout().lock();
+        let out = &mut self.out;
         let _ = write!(out, "\r\x1b[2K           {} {last}", bar(done, total));
         let _ = out.flush();
     }
@@ -168,7 +181,54 @@ pub fn bar(done: usize, total: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::bar;
+    use super::*;
+
+    /// A buffer the narrator writes to and the test reads.
+    #[derive(Clone, Default)]
+    struct Screen(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl Write for Screen {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn on_a_terminal_a_stage_ends_on_a_line_of_its_own_over_its_bar() {
+        let screen = Screen::default();
+        let mut n = Narrator::to(Box::new(screen.clone()), Style::Human, true);
+        let progress = Progress::new("node-a");
+        let mut ev = |kind: EventKind| {
+            let mut e = progress.event(kind);
+            e.stage = Some(1);
+            e.namespace = Some("shop".into());
+            e.pod = Some("web-1".into());
+            e
+        };
+        for kind in [
+            EventKind::StageStarted,
+            EventKind::PodEvicted,
+            EventKind::StageCompleted,
+        ] {
+            let e = ev(kind);
+            n.event(&e, &progress);
+        }
+        let text = String::from_utf8(screen.0.lock().unwrap().clone()).unwrap();
+        let done = text.find("stage 1 done").expect("the stage's end is told");
+        // The bar is erased, and only the line's time stands before it.
+        let erased = text[..done].rfind("\x1b[2K").expect("the bar is erased") + 4;
+        let prefix = &text[erased..done];
+        assert!(!prefix.contains('#') && !prefix.contains('/'), "{text:?}");
+        // The stage's line ends the output: no bar is drawn again.
+        assert!(
+            text[done..].ends_with('\n') && !text[done..].contains('\r'),
+            "{text:?}"
+        );
+    }
 
     #[test]
     fn the_bar_fills_with_the_stage() {
