@@ -165,7 +165,9 @@ pub async fn wait_drained(
                 start.elapsed().as_secs_f64()
             );
             let blockers = blocker_lines(&st);
-            if blockers.is_empty() {
+            if let Some(w) = st["drain"]["waiting"].as_str() {
+                println!("the drain has not started: {w}");
+            } else if blockers.is_empty() {
                 println!("no pod reports a blocker; pods are still terminating");
             } else {
                 println!("blocked by:");
@@ -193,6 +195,10 @@ pub fn progress_line(st: &Value) -> String {
     if !blockers.is_empty() {
         line.push_str("; blocked: ");
         line.push_str(&blockers.join("; "));
+    }
+    if let Some(w) = d["waiting"].as_str() {
+        line.push_str("; ");
+        line.push_str(w);
     }
     line
 }
@@ -240,6 +246,9 @@ pub fn render_status(st: &Value) -> String {
             format!("{} remaining of {}", d["pods_remaining"], d["pods_total"]),
         ),
     ];
+    if let Some(w) = d["waiting"].as_str() {
+        rows.push(("waiting", w.to_string()));
+    }
     let blockers = blocker_lines(st);
     rows.push((
         "blockers",

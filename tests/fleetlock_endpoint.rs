@@ -91,9 +91,9 @@ async fn a_local_drain_waits_for_the_reboot_slot_another_node_holds() {
     assert_eq!(code, 202);
     let st = b
         .wait_status("node-b waits for the slot", |st| {
-            st["drain"]["last_error"]
+            st["drain"]["waiting"]
                 .as_str()
-                .is_some_and(|e| e.contains("held by node-a"))
+                .is_some_and(|e| e.contains("a reboot slot") && e.contains("held by node-a"))
         })
         .await;
     assert_eq!(

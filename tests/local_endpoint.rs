@@ -62,6 +62,7 @@ fn assert_documented_schema(st: &Value) {
             "started_at",
             "triggers",
             "updated_at",
+            "waiting",
             "warnings"
         ]
     );

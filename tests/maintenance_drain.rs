@@ -488,3 +488,108 @@ async fn kubectl_follows_a_drain_over_two_nodes_that_progress_independently() {
     }
     stop.cancel();
 }
+
+const THREE_NODES: &str = r#"
+objects:
+- {apiVersion: v1, kind: Node, metadata: {name: node-a, labels: {pool: blue}}}
+- {apiVersion: v1, kind: Node, metadata: {name: node-b, labels: {pool: blue}}}
+- {apiVersion: v1, kind: Node, metadata: {name: node-c, labels: {pool: blue}}}
+"#;
+
+/// A maintenance over three nodes with `maxConcurrentDrains: 1`: every node
+/// is cordoned at once, but only one evicts at a time, each taking the
+/// object's drain slot and giving it back once drained; the others say
+/// what they wait for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maintenance_limited_to_one_drain_at_a_time_drains_its_nodes_one_after_another() {
+    let scenario = maintd::sim::scenario::Scenario::from_yaml(THREE_NODES).unwrap();
+    let sim = maintd::sim::SimCluster::start_with_scenario(Default::default(), &scenario)
+        .await
+        .unwrap();
+    let client = sim.client();
+    install_crd(&client).await;
+    for node in ["node-a", "node-b", "node-c"] {
+        for i in 0..3 {
+            let mut pod = pod_json("default", &format!("{node}-p{i}"), node, json!({}));
+            pod["metadata"]["annotations"] = json!({"sim.maintd.io/shutdown-seconds": "0.5"});
+            post_pod(&sim, &pod).await;
+        }
+    }
+    sim.wait_settled(std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
+    let stop = CancellationToken::new();
+    for node in ["node-a", "node-b", "node-c"] {
+        let agent = Agent::new(
+            Config::for_node(node, "/nonexistent/manifests".into()),
+            sim.agent_client(node),
+        );
+        tokio::spawn(agent.run(stop.clone()));
+    }
+    let nms: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
+    create(
+        &nms,
+        "one-at-a-time",
+        json!({"nodeSelector": {"matchLabels": {"pool": "blue"}}, "stage": "Drain", "maxConcurrentDrains": 1}),
+    )
+    .await;
+
+    // While one node drains, the others are cordoned and say why they wait.
+    let c = client.clone();
+    eventually("a waiting node names the slot's holder", || {
+        let c = c.clone();
+        async move {
+            for node in ["node-a", "node-b", "node-c"] {
+                let d = node_drain(&c, node).await;
+                if d["status"]["waiting"].as_str().is_some_and(|w| {
+                    w.contains("NodeMaintenance one-at-a-time") && w.contains("held by node-")
+                }) {
+                    return true;
+                }
+            }
+            false
+        }
+    })
+    .await;
+    let c = client.clone();
+    eventually("every node is drained", || {
+        let c = c.clone();
+        async move {
+            let mut all = true;
+            for node in ["node-a", "node-b", "node-c"] {
+                all &= node_drain(&c, node).await["status"]["phase"] == "Drained";
+            }
+            all
+        }
+    })
+    .await;
+    for node in ["node-a", "node-b", "node-c"] {
+        assert!(is_cordoned(&client, node).await, "{node} stays cordoned");
+    }
+    // The evictions, in the API server's order, come node by node.
+    let order: Vec<String> = sim
+        .state
+        .audit
+        .entries()
+        .into_iter()
+        .filter(|e| e.verb == "evict" && e.code == 201)
+        .map(|e| e.name.split("-p").next().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(order.len(), 9, "{order:?}");
+    let mut runs = order.clone();
+    runs.dedup();
+    assert_eq!(runs.len(), 3, "one node's evictions at a time: {order:?}");
+    // The slot went back each time: nobody holds it now.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "maintd");
+    let held: Vec<String> = leases
+        .list(&kube::api::ListParams::default().labels("maintd.io/reboot-group"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|l| l.spec.and_then(|s| s.holder_identity))
+        .collect();
+    assert!(held.is_empty(), "no slot held once drained: {held:?}");
+    stop.cancel();
+}

@@ -10,10 +10,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::Agent;
 use crate::coordination::{
-    Acquisition, DEFAULT_GROUP, DEFAULT_LEASE_DURATION, RebootSlots, SlotGuard, groups_held_by,
+    DEFAULT_LEASE_DURATION, RebootSlots, SlotGuard, groups_held_by, wait_for_slot,
 };
 use crate::drain::progress::{Phase, Progress};
 use crate::fleetlock::{DrainControl, DrainState, FleetLock};
+use crate::trigger::SlotAsk;
 use crate::trigger::local::LocalRequests;
 
 /// The drain FleetLock asks for, as a local drain request.
@@ -141,51 +142,36 @@ impl Agent {
     }
 }
 
-/// A local drain (`maintd drain`) is a planned drain: it waits for a
-/// reboot slot, like FleetLock. Shutdowns, taints and NodeMaintenance
-/// objects do not (they are already the cluster's or the host's decision).
-pub(super) fn is_planned_local(source: &str) -> bool {
-    source.starts_with("local: ") && !source.starts_with(&format!("local: {PREFIX}"))
-}
-
 impl Agent {
-    /// Takes a reboot slot for a local drain, renewed until released; the
-    /// error says who holds the slots (or which control-plane nodes are
-    /// NotReady).
-    pub(super) async fn take_local_slot(
+    /// Starts waiting for the slot `ask` names, as a task that ends holding
+    /// it (renewed until released) or with `stop`. While it waits, the
+    /// status says for what and who holds the slots.
+    pub(super) fn wait_for_slot(
         &self,
+        ask: &SlotAsk,
         stop: &CancellationToken,
-    ) -> Result<SlotGuard, String> {
+    ) -> tokio::task::JoinHandle<Option<SlotGuard>> {
         let (client, namespace, node) = self.slot_context();
         let slots = RebootSlots::for_node(
-            client,
+            client.clone(),
             &namespace,
             &node,
-            DEFAULT_GROUP,
-            self.config.reboot_slots,
+            &ask.group,
+            ask.max,
             DEFAULT_LEASE_DURATION,
         );
-        let attempt = tokio::time::timeout(
-            Duration::from_secs(10),
-            slots.acquire_with_renewal(&self.config.node, stop.child_token()),
-        )
-        .await;
-        match attempt {
-            Err(_) => Err("taking a reboot slot timed out".into()),
-            Ok(Err(e)) => Err(format!("taking a reboot slot: {e}")),
-            Ok(Ok(Acquisition::Acquired(guard))) => Ok(guard),
-            Ok(Ok(Acquisition::Full { holders })) => {
-                let names: Vec<String> = holders.iter().map(|h| h.holder.clone()).collect();
-                Err(format!(
-                    "waiting for a reboot slot of group {:?}: held by {}",
-                    slots.group(),
-                    names.join(", ")
-                ))
-            }
-            Ok(Ok(Acquisition::QuorumBlocked { not_ready })) => Err(format!(
-                "waiting: another control-plane node is NotReady ({}); a control-plane node does not start a planned drain then",
-                not_ready.join(", ")
-            )),
-        }
+        let progress = self.progress().clone();
+        let report = Arc::new(move |why: String| {
+            progress.update(|st| st.waiting = Some(why));
+        });
+        tokio::spawn(wait_for_slot(
+            client,
+            slots,
+            self.config.node.clone(),
+            ask.what.clone(),
+            self.watch_guard(),
+            stop.child_token(),
+            report,
+        ))
     }
 }

@@ -105,12 +105,14 @@ impl Agent {
             d.sources
                 .push(if sd.sleep { "suspend" } else { "shutdown" }.into());
             d.evict = true;
+            d.urgent = true;
             d.deadline = Some(sd.deadline);
         }
         if let Some(node) = self.node.by_name(&self.config.node) {
             if let Some(t) = trigger::taint::find(&node, &self.config.drain_taints) {
                 d.sources.push(t.describe());
                 d.evict = true;
+                d.urgent = true;
             }
             trigger::maintenance::contribute(
                 self.maintenance.evaluate(&node).effective.as_ref(),
@@ -124,7 +126,18 @@ impl Agent {
         // In memory only: a local request does not survive an agent restart
         // (see trigger/local.rs); `maintd drain --wait` re-sends it.
         if let Some(req) = self.local.current() {
-            d.sources.push(format!("local: {}", req.reason));
+            let source = format!("{}{}", trigger::LOCAL_PREFIX, req.reason);
+            if source.starts_with(trigger::FLEETLOCK_PREFIX) {
+                d.urgent = true;
+            } else {
+                d.slot_asks.push(trigger::SlotAsk {
+                    group: crate::coordination::DEFAULT_GROUP.into(),
+                    max: self.config.reboot_slots,
+                    release_when_drained: false,
+                    what: "a reboot slot".into(),
+                });
+            }
+            d.sources.push(source);
             d.evict = true;
             d.deadline = match (d.deadline, req.deadline) {
                 (Some(a), Some(b)) => Some(a.min(b)),

@@ -13,11 +13,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Agent, fleet};
+use super::Agent;
 use crate::coordination::SlotGuard;
-use crate::drain::progress::Blocker;
 use crate::trigger::shutdown::ShutdownTrigger;
-use crate::trigger::{self, Desired};
+use crate::trigger::{self, Desired, SlotAsk};
 
 /// How long a failed reboot slot request or medik8s release waits before
 /// it is tried again.
@@ -45,9 +44,10 @@ pub(super) struct Reconciler {
     pub(super) shutdown: Option<ShutdownTrigger>,
     pub(super) running: Option<Running>,
     undo: Option<JoinHandle<()>>,
-    slot: Option<SlotGuard>,
-    slot_taking: Option<JoinHandle<Result<SlotGuard, String>>>,
-    slot_retry: Option<Instant>,
+    /// The slot this node holds for a planned drain, and what asked for it.
+    slot: Option<(SlotAsk, SlotGuard)>,
+    /// Waiting for a slot (see coordination's waiter), and for what.
+    slot_taking: Option<(SlotAsk, JoinHandle<Option<SlotGuard>>)>,
     medik8s_release: Option<JoinHandle<bool>>,
     release_retry: Option<Instant>,
     warned_value: Option<String>,
@@ -64,7 +64,8 @@ enum Wake {
     /// Something changed: look again.
     Look,
     Logind(crate::inhibitor::ShutdownEvent),
-    Slot(Option<Result<Box<SlotGuard>, String>>),
+    /// The slot wait ended: with the slot, or without (stopped).
+    Slot(Option<Box<SlotGuard>>),
     Medik8s(Option<bool>),
 }
 
@@ -96,7 +97,6 @@ impl Reconciler {
             undo: None,
             slot: None,
             slot_taking: None,
-            slot_retry: None,
             medik8s_release: None,
             release_retry: None,
             warned_value: None,
@@ -121,7 +121,7 @@ impl Reconciler {
             self.shutdown_step().await;
             self.judge(&stop);
             self.medik8s_step();
-            let timer = [self.slot_retry, self.release_retry, self.shutdown_timer()]
+            let timer = [self.release_retry, self.shutdown_timer()]
                 .into_iter()
                 .flatten()
                 .min();
@@ -159,7 +159,12 @@ impl Reconciler {
                 // the state is read again above.
                 _ = progress.recv() => Wake::Look,
                 _ = finished(undo) => Wake::Look,
-                r = finished(slot_taking) => Wake::Slot(r.map(|r| r.map(Box::new))),
+                r = async {
+                    match slot_taking.as_mut() {
+                        Some((_, t)) => t.await.ok().flatten(),
+                        None => std::future::pending().await,
+                    }
+                } => Wake::Slot(r.map(Box::new)),
                 r = finished(medik8s_release) => Wake::Medik8s(r),
                 _ = finished(probe) => Wake::Look,
                 _ = stop.cancelled() => {
@@ -182,7 +187,6 @@ impl Reconciler {
                 }
             }
             let now = Instant::now();
-            self.slot_retry = self.slot_retry.filter(|t| *t > now);
             self.release_retry = self.release_retry.filter(|t| *t > now);
         }
     }
@@ -194,33 +198,9 @@ impl Reconciler {
         let shutdown = self.shutdown.as_ref().and_then(ShutdownTrigger::active);
         let mut desired = agent.desired(shutdown);
         agent.publish_triggers(&desired);
-        // A local drain on its own waits for a reboot slot; the slot goes
-        // back when the local request does.
-        let planned = desired.sources.iter().any(|s| fleet::is_planned_local(s));
-        if planned && desired.sources.iter().all(|s| fleet::is_planned_local(s)) {
-            if self.slot.is_none() {
-                if self.slot_taking.is_none() && self.slot_retry.is_none() {
-                    let (a, s) = (agent.clone(), stop.clone());
-                    self.slot_taking =
-                        Some(tokio::spawn(async move { a.take_local_slot(&s).await }));
-                }
-                // Nothing happens until the slot is ours.
-                desired = Desired::default();
-            }
-        } else if !planned {
-            if let Some(t) = self.slot_taking.take() {
-                t.abort();
-            }
-            self.slot_retry = None;
-            if let Some(guard) = self.slot.take() {
-                let a = agent.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = guard.release().await {
-                        a.warn(format!("giving back the reboot slot: {e}"));
-                    }
-                });
-            }
-        }
+        // A planned drain waits for its slot; a reboot slot goes back when
+        // the request does, a drain slot once the node is drained.
+        desired = self.slot_step(desired, stop);
         if let Some(node) = agent.node.by_name(&agent.config.node)
             && let Some(t) = trigger::taint::find(&node, &agent.config.drain_taints)
             && let Some(w) = t.odd_value_warning()
@@ -286,25 +266,91 @@ impl Reconciler {
         self.undo = Some(tokio::spawn(async move { a.undo_until_done(&s).await }));
     }
 
-    /// A reboot slot request came back.
-    fn on_slot(&mut self, r: Option<Result<Box<SlotGuard>, String>>) {
-        match r {
-            Some(Ok(guard)) => {
-                self.slot_retry = None;
-                self.slot = Some(*guard);
-            }
-            Some(Err(why)) => {
-                self.agent.progress().update(|st| {
-                    st.last_error = Some(why.clone());
-                    st.blockers = vec![Blocker {
-                        namespace: String::new(),
-                        pod: String::new(),
-                        reason: why.clone(),
-                    }];
-                });
-                self.slot_retry = Some(Instant::now() + RETRY_AFTER);
-            }
-            None => self.slot_retry = Some(Instant::now() + RETRY_AFTER),
+    /// The slot wait ended: the slot is ours (the next look starts the
+    /// drain), or the wait was stopped.
+    fn on_slot(&mut self, got: Option<Box<SlotGuard>>) {
+        let Some((ask, _)) = self.slot_taking.take() else {
+            return;
+        };
+        if let Some(guard) = got {
+            self.slot = Some((ask, *guard));
+            self.stop_waiting();
+        }
+    }
+
+    /// The status no longer says the drain waits for a slot.
+    fn stop_waiting(&self) {
+        let p = self.agent.progress();
+        if p.status().waiting.is_some() {
+            p.update(|st| st.waiting = None);
+        }
+    }
+
+    /// Holds, waits for or gives back the slot `desired` asks for, and
+    /// returns what may happen meanwhile.
+    fn slot_step(&mut self, desired: Desired, stop: &CancellationToken) -> Desired {
+        let ask = desired.slot().cloned();
+        // A drain slot is needed only while there is something to evict:
+        // once drained, it goes to the next node.
+        let ask = ask.filter(|a| !a.release_when_drained || self.something_to_evict(&desired));
+        if self
+            .slot
+            .as_ref()
+            .is_some_and(|(held, _)| Some(held) != ask.as_ref())
+        {
+            self.give_back_slot();
+        }
+        if self
+            .slot_taking
+            .as_ref()
+            .is_some_and(|(waiting, _)| Some(waiting) != ask.as_ref())
+            && let Some((_, t)) = self.slot_taking.take()
+        {
+            t.abort();
+        }
+        let Some(ask) = ask else {
+            self.stop_waiting();
+            return desired;
+        };
+        if self.slot.is_some() {
+            return desired;
+        }
+        if self.slot_taking.is_none() {
+            let task = self.agent.wait_for_slot(&ask, stop);
+            self.slot_taking = Some((ask.clone(), task));
+        }
+        desired.while_waiting(&ask)
+    }
+
+    /// Whether the node has pods the drain would still evict (true until
+    /// its pods are known).
+    fn something_to_evict(&self, desired: &Desired) -> bool {
+        let agent = &self.agent;
+        if !agent.drainer.pods.synced() {
+            return true;
+        }
+        if agent.progress().status().phase == crate::drain::progress::Phase::Drained
+            && self.running.as_ref().is_some_and(|r| r.desired.evict)
+        {
+            return false;
+        }
+        agent
+            .drainer
+            .plan(&agent.options(desired))
+            .stages
+            .iter()
+            .any(|s| !s.pods.is_empty())
+    }
+
+    /// Gives back the slot this node holds, in the background.
+    fn give_back_slot(&mut self) {
+        if let Some((_, guard)) = self.slot.take() {
+            let a = self.agent.clone();
+            tokio::spawn(async move {
+                if let Err(e) = guard.release().await {
+                    a.warn(format!("giving back the reboot slot: {e}"));
+                }
+            });
         }
     }
 

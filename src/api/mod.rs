@@ -79,6 +79,13 @@ pub struct NodeMaintenanceSpec {
     /// on-timeout policy applies. Unset: the agent's own setting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage_timeout_seconds: Option<i64>,
+    /// At most this many of the selected nodes evict at once. Each node
+    /// takes one of the object's drain slots (Leases in maintd's
+    /// namespace) before it evicts, and gives it back once drained; the
+    /// others stay cordoned and wait. Unset: every selected node drains at
+    /// once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_drains: Option<i32>,
 }
 
 /// What the agents report, as aggregates (KEP-4212: per-node detail lives

@@ -60,6 +60,9 @@ pub struct NodeDrainStatus {
     pub blockers: Vec<NodeDrainBlocker>,
     #[serde(default)]
     pub blockers_total: i64,
+    /// Why the drain has not started evicting yet (waiting for its turn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
     /// What asks for the drain, one line per trigger.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub triggers: Vec<String>,
@@ -140,6 +143,7 @@ pub fn from_drain(
             })
             .collect(),
         blockers_total: i64::try_from(st.blockers.len()).unwrap_or(i64::MAX),
+        waiting: st.waiting.clone(),
         triggers: st.triggers.clone(),
         maintenances,
         lock_held,

@@ -17,6 +17,11 @@ pub struct Effective {
     pub entries: Option<Vec<PlanEntry>>,
     /// Its stage timeout, if it sets one.
     pub stage_timeout_seconds: Option<i64>,
+    /// The drain slots the node must take before it evicts: the oldest
+    /// object's name and its `maxConcurrentDrains`. Set only when every
+    /// object at the winning stage limits its drains: one that does not
+    /// asks for the drain now.
+    pub drain_slots: Option<(String, u32)>,
     /// Names of the objects at that stage, oldest first: the first one
     /// supplies the plan.
     pub from: Vec<String>,
@@ -109,6 +114,16 @@ pub fn effective<'a>(
         stage: first.spec.stage.clone(),
         entries: (!first.spec.drain_plan.is_empty()).then(|| first.spec.drain_plan.clone()),
         stage_timeout_seconds: first.spec.stage_timeout_seconds,
+        drain_slots: candidates
+            .iter()
+            .all(|nm| nm.spec.max_concurrent_drains.is_some())
+            .then(|| {
+                let max = first.spec.max_concurrent_drains.unwrap_or(1).max(1);
+                (
+                    first.metadata.name.clone().unwrap_or_default(),
+                    u32::try_from(max).unwrap_or(1),
+                )
+            }),
         reason: first.spec.reason.clone(),
         from: candidates
             .iter()

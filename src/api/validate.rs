@@ -69,6 +69,13 @@ pub fn validate(nm: &NodeMaintenance) -> Result<(), Vec<String>> {
             spec.reason.len()
         ));
     }
+    if let Some(n) = spec.max_concurrent_drains
+        && n <= 0
+    {
+        problems.push(format!(
+            "spec.maxConcurrentDrains is {n}; give at least 1, or leave it unset to drain every selected node at once"
+        ));
+    }
     if let Some(t) = spec.stage_timeout_seconds
         && t <= 0
     {

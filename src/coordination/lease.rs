@@ -135,7 +135,7 @@ fn held_spec(
 }
 
 /// A label value is at most 63 characters of `[A-Za-z0-9._-]`.
-fn label_value(group: &str) -> String {
+pub fn label_value(group: &str) -> String {
     group
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))

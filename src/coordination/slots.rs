@@ -90,23 +90,49 @@ impl RebootSlots {
         }
     }
 
-    async fn read(&self, index: u32) -> Result<(String, Option<Lease>), CoordinationError> {
-        let name = lease::slot_name(&self.group, index);
-        let lease = self
-            .api
-            .get_opt(&name)
-            .await
-            .map_err(|e| self.err(&name, "reading the slot", crate::client::explain(&e)))?;
-        Ok((name, lease))
+    /// The label selector of this group's slot Leases.
+    pub fn label_selector(&self) -> String {
+        format!("{}={}", lease::GROUP_LABEL, lease::label_value(&self.group))
     }
 
-    /// Every slot, as read now.
+    /// The Lease collection the slots live in, for a watch.
+    pub fn leases_path(&self) -> String {
+        format!(
+            "/apis/coordination.k8s.io/v1/namespaces/{}/leases",
+            self.namespace
+        )
+    }
+
+    /// Each slot's name with its Lease among `leases` (None: not created
+    /// yet), in slot order.
+    pub fn slots_among(&self, leases: &[Lease]) -> Vec<(String, Option<Lease>)> {
+        (0..self.max_holders)
+            .map(|i| {
+                let name = lease::slot_name(&self.group, i);
+                let found = leases
+                    .iter()
+                    .find(|l| l.metadata.name.as_deref() == Some(name.as_str()))
+                    .cloned();
+                (name, found)
+            })
+            .collect()
+    }
+
+    /// Every slot, as read now: one LIST of the group's Leases (by label),
+    /// whatever the number of slots.
     async fn read_all(&self) -> Result<Vec<(String, Option<Lease>)>, CoordinationError> {
-        let mut all = Vec::new();
-        for i in 0..self.max_holders {
-            all.push(self.read(i).await?);
-        }
-        Ok(all)
+        let list = self
+            .api
+            .list(&ListParams::default().labels(&self.label_selector()))
+            .await
+            .map_err(|e| {
+                self.err(
+                    &lease::slot_name(&self.group, 0),
+                    "listing the group's slots",
+                    crate::client::explain(&e),
+                )
+            })?;
+        Ok(self.slots_among(&list.items))
     }
 
     /// Takes a slot for `node` if one is free or expired. Recursive: a node
@@ -278,12 +304,28 @@ impl RebootSlots {
     pub async fn release(&self, node: &str) -> Result<bool, CoordinationError> {
         let _local = self.local.lock().await;
         let mut released = false;
-        for i in 0..self.max_holders {
-            let name = lease::slot_name(&self.group, i);
+        let now = Timestamp::now();
+        let mine: Vec<String> = self
+            .read_all()
+            .await?
+            .into_iter()
+            .filter(|(_, l)| {
+                l.as_ref().is_some_and(|l| {
+                    matches!(lease::slot_state(l, now), SlotState::Held { ref holder, .. } if holder == node)
+                })
+            })
+            .map(|(name, _)| name)
+            .collect();
+        for name in mine {
             // A conflict means the Lease changed between read and write (a
             // renewal in flight, or a takeover): reread and decide again.
             for attempt in 0.. {
-                let Some(current) = self.read(i).await?.1 else {
+                let Some(current) = self
+                    .read_slot(&name)
+                    .await
+                    .map_err(|e| self.err(&name, "reading the slot", crate::client::explain(&e)))?
+                    .1
+                else {
                     break;
                 };
                 let mine = matches!(

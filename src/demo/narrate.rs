@@ -202,7 +202,7 @@ mod tests {
         let screen = Screen::default();
         let mut n = Narrator::to(Box::new(screen.clone()), Style::Human, true);
         let progress = Progress::new("node-a");
-        let mut ev = |kind: EventKind| {
+        let ev = |kind: EventKind| {
             let mut e = progress.event(kind);
             e.stage = Some(1);
             e.namespace = Some("shop".into());

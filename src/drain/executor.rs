@@ -191,6 +191,7 @@ impl Drainer {
                 *st = super::progress::DrainStatus {
                     triggers: std::mem::take(&mut st.triggers),
                     deadline: st.deadline.take(),
+                    waiting: st.waiting.take(),
                     ..Default::default()
                 };
                 st.phase = Phase::Cordoned;

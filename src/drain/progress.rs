@@ -69,6 +69,9 @@ pub struct DrainStatus {
     pub triggers: Vec<String>,
     /// Everything must be done by then (shutdown or a local deadline).
     pub deadline: Option<String>,
+    /// Why the drain has not started evicting yet, while it waits for its
+    /// turn (a reboot slot, a NodeMaintenance's drain slot).
+    pub waiting: Option<String>,
     /// 1-based number of the stage running now.
     pub current_stage: Option<usize>,
     pub stages: Vec<StageStatus>,

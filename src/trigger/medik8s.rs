@@ -29,6 +29,7 @@ pub fn contribute(requests: &[String], desired: &mut Desired) {
     for name in requests {
         desired.sources.push(describe(name));
         desired.evict = true;
+        desired.urgent = true;
     }
 }
 

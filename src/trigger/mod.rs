@@ -9,6 +9,12 @@ pub mod taint;
 
 use crate::drain::plan::PlanEntry;
 
+/// How a local drain request shows among the triggers.
+pub const LOCAL_PREFIX: &str = "local: ";
+/// How a FleetLock drain (a local request made by the FleetLock handler,
+/// which takes its own slot) shows among the triggers.
+pub const FLEETLOCK_PREFIX: &str = "local: fleetlock: ";
+
 /// What the triggers together want for the node.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Desired {
@@ -22,11 +28,59 @@ pub struct Desired {
     pub deadline: Option<tokio::time::Instant>,
     /// A NodeMaintenance's stageTimeoutSeconds, overriding the agent's.
     pub stage_timeout: Option<std::time::Duration>,
+    /// Slots planned triggers ask the drain to hold before it evicts (a
+    /// local drain's reboot slot, a NodeMaintenance's drain slot).
+    pub slot_asks: Vec<SlotAsk>,
+    /// A trigger wants the node drained now, slots or not: a shutdown, a
+    /// taint, a NodeMaintenance without a limit, medik8s, FleetLock (which
+    /// took its slot itself).
+    pub urgent: bool,
+}
+
+/// A slot a planned drain must hold before it evicts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotAsk {
+    /// The slot group: Leases `maintd-reboot-<group>-<i>`.
+    pub group: String,
+    /// How many nodes may hold a slot of the group at once.
+    pub max: u32,
+    /// Give the slot back once the node is drained, for the next node (a
+    /// NodeMaintenance's concurrent drains); otherwise it is held until
+    /// the request ends (a reboot: the node is out of service until then).
+    pub release_when_drained: bool,
+    /// What the slot is, for the status: "a reboot slot".
+    pub what: String,
 }
 
 impl Desired {
     pub fn active(&self) -> bool {
         !self.sources.is_empty()
+    }
+
+    /// The slot the drain must hold before it evicts: when every trigger
+    /// that evicts is a planned one (a local drain, a NodeMaintenance with
+    /// `maxConcurrentDrains`). A reboot slot goes first: it is held longest.
+    pub fn slot(&self) -> Option<&SlotAsk> {
+        if !self.evict || self.urgent {
+            return None;
+        }
+        self.slot_asks
+            .iter()
+            .find(|a| !a.release_when_drained)
+            .or(self.slot_asks.first())
+    }
+
+    /// What may happen while the drain waits for `ask`: nothing of a
+    /// planned local drain (a node waiting its turn to reboot keeps
+    /// serving); a NodeMaintenance's node is cordoned, as its stage says,
+    /// and evicts nothing yet.
+    pub fn while_waiting(mut self, ask: &SlotAsk) -> Desired {
+        self.evict = false;
+        if !ask.release_when_drained {
+            self.sources
+                .retain(|s| !s.starts_with(LOCAL_PREFIX) || s.starts_with(FLEETLOCK_PREFIX));
+        }
+        self
     }
 
     /// Whether `other` asks for the same drain (same plan, same deadline),

@@ -1,0 +1,305 @@
+//! Waiting for a slot without asking over and over. A node that waits
+//! watches its group's slot Leases (one watch, by label) and tries to take
+//! a slot only when the watch shows one free, expired or not yet created,
+//! after a random pause: when a slot frees up, the waiting nodes do not
+//! all write at once, and those that see it taken meanwhile do not write at
+//! all. A thousand waiting nodes cost the API server a thousand quiet
+//! watches, not a thousand reads every few seconds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::lease::{self, SlotState};
+use super::{Acquisition, Holder, RebootSlots, SlotGuard};
+use crate::index::{Backoff, Index, WatchGuard, WatchTarget};
+
+/// The longest random pause before trying a slot the watch shows open.
+const MAX_PAUSE: Duration = Duration::from_secs(2);
+
+/// How long a control-plane node blocked by the quorum guard waits before
+/// it looks again (node readiness is not what this watch sees).
+const QUORUM_RETRY: Duration = Duration::from_secs(5);
+
+/// What a group's slots look like to `node`, from the Leases a watch holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Availability {
+    /// `node` may try now: it holds a slot already (after a restart), or a
+    /// slot is free, expired or not created yet.
+    pub open: bool,
+    /// Who holds the slots (unexpired holds).
+    pub holders: Vec<Holder>,
+    /// When the first of those holds expires if it is not renewed.
+    pub next_expiry: Option<Timestamp>,
+}
+
+/// Pure: the slots of `slots` among `leases`, for `node`, at `now`.
+pub fn availability(
+    slots: &RebootSlots,
+    leases: &[Lease],
+    node: &str,
+    now: Timestamp,
+) -> Availability {
+    let mut open = false;
+    let mut holders = Vec::new();
+    let mut next_expiry: Option<Timestamp> = None;
+    for (slot, l) in slots.slots_among(leases) {
+        let Some(l) = l else {
+            open = true;
+            continue;
+        };
+        match lease::slot_state(&l, now) {
+            SlotState::Free | SlotState::Held { expired: true, .. } => open = true,
+            SlotState::Held { holder, .. } if holder == node => open = true,
+            SlotState::Held { holder, .. } => {
+                if let Some(at) = expires_at(&l) {
+                    next_expiry = Some(next_expiry.map_or(at, |n| n.min(at)));
+                }
+                holders.push(Holder { holder, slot });
+            }
+        }
+    }
+    Availability {
+        open,
+        holders,
+        next_expiry,
+    }
+}
+
+fn expires_at(l: &Lease) -> Option<Timestamp> {
+    let spec = l.spec.as_ref()?;
+    let last = spec.renew_time.as_ref().or(spec.acquire_time.as_ref())?.0;
+    let secs = spec.lease_duration_seconds?;
+    last.checked_add(jiff::SignedDuration::from_secs(i64::from(secs)))
+        .ok()
+}
+
+/// What the waiting is about, for the status: "waiting for a slot of group
+/// g: held by a, b".
+fn waiting_message(slots: &RebootSlots, what: &str, holders: &[Holder]) -> String {
+    let mut names: Vec<&str> = holders.iter().map(|h| h.holder.as_str()).collect();
+    names.sort_unstable();
+    let shown = names
+        .iter()
+        .take(10)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    let more = names.len().saturating_sub(10);
+    format!(
+        "waiting for {what} (slot group {:?}, {} held): held by {shown}{}",
+        slots.group(),
+        names.len(),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// Waits until `node` holds a slot of `slots`, and returns its guard (the
+/// slot renewed until released). `what` names the slot for the status
+/// ("a reboot slot", "a drain slot of NodeMaintenance x"); `report` is told
+/// why the node still waits each time that changes. None when `stop` fires.
+pub async fn wait_for_slot(
+    client: kube::Client,
+    slots: RebootSlots,
+    node: String,
+    what: String,
+    guard: WatchGuard,
+    stop: CancellationToken,
+    report: Arc<dyn Fn(String) + Send + Sync>,
+) -> Option<SlotGuard> {
+    let index = Index::new();
+    let watching = stop.child_token();
+    let target =
+        WatchTarget::new(slots.leases_path(), None, guard).with_labels(slots.label_selector());
+    tokio::spawn(index.clone().run(client, target, watching.clone()));
+    // The watch ends with the waiting, whatever ends it.
+    let _end_watch = watching.drop_guard();
+    let mut changes = index.changes();
+    let mut backoff = Backoff::with(1_000, 30_000);
+    let mut told = String::new();
+    let mut tell = |message: String| {
+        if message != told {
+            report(message.clone());
+            told = message;
+        }
+    };
+    loop {
+        let ready = index.synced();
+        let view = availability(&slots, &leases(&index), &node, Timestamp::now());
+        let mut wait_until: Option<tokio::time::Instant> = None;
+        if ready && view.open {
+            // A random pause: of the nodes that saw the slot open, most
+            // see it taken by the first before their own pause ends.
+            let pause = MAX_PAUSE.mul_f64(rand::random::<f64>());
+            if sleep_or_stop(pause, &stop).await {
+                return None;
+            }
+            let now_view = availability(&slots, &leases(&index), &node, Timestamp::now());
+            if !now_view.open {
+                continue;
+            }
+            let attempt = tokio::time::timeout(
+                Duration::from_secs(10),
+                slots.acquire_with_renewal(&node, stop.child_token()),
+            );
+            match attempt.await {
+                Ok(Ok(Acquisition::Acquired(g))) => return Some(g),
+                // Lost the race: the watch shows the winner shortly.
+                Ok(Ok(Acquisition::Full { holders })) => {
+                    tell(waiting_message(&slots, &what, &holders));
+                }
+                Ok(Ok(Acquisition::QuorumBlocked { not_ready })) => {
+                    tell(format!(
+                        "waiting for {what}: another control-plane node is NotReady ({}); a control-plane node does not start a planned drain then",
+                        not_ready.join(", ")
+                    ));
+                    wait_until = Some(tokio::time::Instant::now() + QUORUM_RETRY);
+                }
+                Ok(Err(e)) => {
+                    tell(format!("waiting for {what}: {e}"));
+                    wait_until = Some(tokio::time::Instant::now() + backoff.next_delay());
+                }
+                Err(_) => {
+                    tell(format!("waiting for {what}: taking the slot timed out"));
+                    wait_until = Some(tokio::time::Instant::now() + backoff.next_delay());
+                }
+            }
+            if wait_until.is_none() {
+                // Not acquired: wait for the watch to show a change, but
+                // never loop faster than the backoff.
+                wait_until = Some(tokio::time::Instant::now() + backoff.next_delay());
+            }
+        } else if ready {
+            tell(waiting_message(&slots, &what, &view.holders));
+            backoff.reset();
+            // A hold that is not renewed expires: look again then.
+            wait_until = view.next_expiry.and_then(|at| {
+                let left = at.duration_since(Timestamp::now()).as_secs_f64().max(0.0);
+                tokio::time::Instant::now().checked_add(Duration::from_secs_f64(left + 1.0))
+            });
+        } else if let Some(e) = index.last_error() {
+            tell(format!("waiting for {what}: reading the slots: {e}"));
+        }
+        tokio::select! {
+            _ = changes.changed() => {}
+            _ = sleep_until(wait_until) => {}
+            _ = stop.cancelled() => return None,
+        }
+    }
+}
+
+/// The slot Leases a watch holds, decoded (one that does not decode is
+/// left out: it is no slot maintd wrote).
+fn leases(index: &Index) -> Vec<Lease> {
+    index
+        .all()
+        .iter()
+        .filter_map(|v: &Arc<Value>| serde_json::from_value((**v).clone()).ok())
+        .collect()
+}
+
+async fn sleep_or_stop(d: Duration, stop: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => false,
+        _ = stop.cancelled() => true,
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+
+    fn slots(max: u32) -> RebootSlots {
+        // Never used to talk to anything: only its names and group.
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        RebootSlots::new(client, "maintd", "g", max, Duration::from_secs(300))
+    }
+
+    fn held(i: u32, holder: &str, renewed: &str) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(lease::slot_name("g", i)),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.into()),
+                renew_time: Some(MicroTime(renewed.parse().unwrap())),
+                lease_duration_seconds: Some(300),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slot_is_open_when_missing_free_expired_or_already_ours() {
+        let now: Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+        let s = slots(2);
+        let fresh = "2026-01-01T00:59:00Z";
+        let stale = "2026-01-01T00:50:00Z";
+        // One slot not created yet.
+        assert!(availability(&s, &[held(0, "a", fresh)], "n", now).open);
+        // Both held by others, fresh: closed, expiry known.
+        let full = [held(0, "a", fresh), held(1, "b", fresh)];
+        let v = availability(&s, &full, "n", now);
+        assert!(!v.open);
+        assert_eq!(v.holders.len(), 2);
+        assert_eq!(v.next_expiry, Some("2026-01-01T01:04:00Z".parse().unwrap()));
+        // One expired.
+        assert!(availability(&s, &[held(0, "a", fresh), held(1, "b", stale)], "n", now).open);
+        // Ours (a restart while holding it).
+        assert!(availability(&s, &[held(0, "a", fresh), held(1, "n", fresh)], "n", now).open);
+        // Leases of other slot numbers do not count.
+        assert!(
+            availability(
+                &s,
+                &[
+                    held(0, "a", fresh),
+                    held(1, "b", fresh),
+                    held(2, "n", fresh)
+                ],
+                "n",
+                now
+            )
+            .holders
+            .len()
+                == 2
+        );
+    }
+
+    #[tokio::test]
+    async fn the_waiting_message_names_a_few_holders_and_counts_the_rest() {
+        let s = slots(20);
+        let holders: Vec<Holder> = (0..13)
+            .map(|i| Holder {
+                holder: format!("node-{i:02}"),
+                slot: lease::slot_name("g", i),
+            })
+            .collect();
+        let m = waiting_message(&s, "a drain slot", &holders);
+        assert!(
+            m.starts_with(
+                "waiting for a drain slot (slot group \"g\", 13 held): held by node-00, node-01"
+            ),
+            "{m}"
+        );
+        assert!(m.ends_with("and 3 more"), "{m}");
+    }
+}
