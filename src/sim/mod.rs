@@ -20,6 +20,7 @@ pub mod kubelet;
 pub mod logind;
 pub mod meta;
 pub mod patch;
+pub mod protobuf;
 pub mod resources;
 pub mod scenario;
 pub mod select;

@@ -25,7 +25,7 @@ use super::select::{FieldSelector, LabelSelector};
 use super::state::SimState;
 use super::store::rv_of;
 use super::verbs::{self, DeleteOptions, Part, PatchType, Writer};
-use super::{discovery, table, watch};
+use super::{discovery, protobuf, table, watch};
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
@@ -286,8 +286,8 @@ fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
         return serde_saphyr::from_str::<Value>(text)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")));
     }
-    if ct.contains("protobuf") {
-        return Err(ApiError::unsupported_media(ct));
+    if ct.starts_with(protobuf::MEDIA_TYPE) {
+        return protobuf::decode_body(body);
     }
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("error decoding the request body as JSON: {e}")))
