@@ -1,5 +1,6 @@
 //! Protobuf bodies as kubectl sends them (the byte strings below are
-//! kubectl's own, from `kubectl create ... -v=8`), the Kubernetes JSON quirks, and malformed bodies.
+//! kubectl's own, from `kubectl create ... -v=8`), the Kubernetes JSON
+//! quirks, and malformed bodies.
 
 use rand::{Rng, SeedableRng};
 use serde_json::json;
