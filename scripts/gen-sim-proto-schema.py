@@ -34,8 +34,9 @@ K8S_OPENAPI = "0.29.0"
 OPENAPI_MODULE = "v1_35"
 
 # The API groups the simulator serves as built-ins (src/sim/resources.rs),
-# and meta/v1's DeleteOptions. Only their kinds and the messages reachable
-# from them are written.
+# meta/v1's DeleteOptions and autoscaling/v1's Scale (the scale
+# subresource). Only their kinds and the messages reachable from them are
+# written.
 ROOT_PACKAGES = [
     "api/core/v1",
     "api/apps/v1",
@@ -46,6 +47,7 @@ ROOT_PACKAGES = [
     "api/rbac/v1",
 ]
 EXTRA_ROOTS = ["k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions"]
+EXTRA_KINDS = [("autoscaling/v1", "Scale", "k8s.io.api.autoscaling.v1.Scale")]
 
 SCALARS = {"string", "bool", "int32", "int64", "double", "bytes"}
 
@@ -168,6 +170,7 @@ def main():
     openapi = parse_k8s_openapi(registry_src("k8s-openapi", K8S_OPENAPI))
 
     kinds = [k for k in kinds if any(k[2].startswith("k8s.io." + p.replace("/", ".") + ".") for p in ROOT_PACKAGES)]
+    kinds += EXTRA_KINDS
     todo, seen = sorted(m for _, _, m in kinds) + EXTRA_ROOTS, set()
     while todo:
         name = todo.pop()

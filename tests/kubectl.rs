@@ -136,6 +136,20 @@ async fn typed_kubectl_create_commands_create_their_objects() {
     let container = &deploy["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(container["image"], "registry.example/web:1");
     assert_eq!(container["ports"][0]["containerPort"], 8080);
+    let out = k
+        .ok(&["scale", "deployment", "web", "-n", "x", "--replicas=3"])
+        .await;
+    assert!(out.contains("deployment.apps/web scaled"), "{out}");
+    let scale = k
+        .ok(&[
+            "get",
+            "--raw",
+            "/apis/apps/v1/namespaces/x/deployments/web/scale",
+        ])
+        .await;
+    let scale: serde_json::Value = serde_json::from_str(&scale).unwrap();
+    assert_eq!(scale["spec"]["replicas"], 3);
+    assert_eq!(scale["status"]["selector"], "app=web");
     // A pointer's zero is not dropped: zero replicas stay zero.
     k.ok(&[
         "create",

@@ -22,6 +22,7 @@ pub mod meta;
 pub mod patch;
 pub mod protobuf;
 pub mod resources;
+pub mod scale;
 pub mod scenario;
 pub mod select;
 pub mod server;

@@ -25,7 +25,7 @@ use super::select::{FieldSelector, LabelSelector};
 use super::state::SimState;
 use super::store::rv_of;
 use super::verbs::{self, DeleteOptions, Part, PatchType, Writer};
-use super::{discovery, protobuf, table, watch};
+use super::{discovery, protobuf, scale, table, watch};
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
@@ -360,9 +360,15 @@ async fn resource(
             None => Part::Main,
             Some("status") if t.def.status_subresource => Part::Status,
             Some("eviction") if t.def.plural == "pods" && t.def.group.is_empty() => Part::Main,
+            Some("scale") if scale::serves(&t.def) => Part::Main,
             Some(_) => return Err(ApiError::path_not_found()),
         };
         match (method, t.name.as_deref(), t.sub.as_deref()) {
+            (&Method::GET, Some(name), Some("scale")) => Ok((200, scale::get(sim, &t.def, &ns, name)?)),
+            (&Method::PUT, Some(name), Some("scale")) => {
+                audit.verb = "update".into();
+                Ok((200, scale::update(sim, &t.def, &ns, name, &parse_body(headers, body)?, &writer(headers, query))?))
+            }
             (&Method::GET, None, _) => {
                 if matches!(query.get("watch").map(String::as_str), Some("1" | "true")) {
                     return Err(ApiError::internal("watch handled elsewhere"));
@@ -429,6 +435,9 @@ async fn resource(
                 } else {
                     serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding the patch as JSON: {e}")))?
                 };
+                if t.sub.as_deref() == Some("scale") {
+                    return Ok((200, scale::patch(sim, &t.def, &ns, name, kind, &patch_body, &writer(headers, query))?));
+                }
                 let patched = verbs::patch(sim, &t.def, &ns, name, part, kind, &patch_body, &writer(headers, query))?;
                 Ok((200, (*patched).clone()))
             }
