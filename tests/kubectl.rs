@@ -322,11 +322,16 @@ async fn kubectl_taints_describes_and_drains_a_node() {
     ] {
         assert!(described.contains(want), "{want}: {described}");
     }
+    // The pod's node is shown with the node's own address, and a running
+    // pod's container is ready.
+    let node = k.json(&["get", "node", "node-a"]).await;
+    let ip = node["status"]["addresses"][0]["address"].as_str().unwrap();
     let described = k.ok(&["describe", "pod", "bare", "-n", "default"]).await;
     for want in [
         "Name:         bare",
-        "Node:         node-a",
+        &format!("Node:         node-a/{ip}"),
         "Status:       Running",
+        "Ready:          True",
         "Events:",
     ] {
         assert!(described.contains(want), "{want}: {described}");
