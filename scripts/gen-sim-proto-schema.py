@@ -34,8 +34,8 @@ K8S_OPENAPI = "0.29.0"
 OPENAPI_MODULE = "v1_35"
 
 # The API groups the simulator serves as built-ins (src/sim/resources.rs),
-# meta/v1's DeleteOptions and autoscaling/v1's Scale (the scale
-# subresource). Only their kinds and the messages reachable from them are
+# and the bodies of its subresources and deletes: Eviction, Scale and
+# DeleteOptions. Only their kinds and the messages reachable from them are
 # written.
 ROOT_PACKAGES = [
     "api/core/v1",
@@ -46,8 +46,11 @@ ROOT_PACKAGES = [
     "api/scheduling/v1",
     "api/rbac/v1",
 ]
-EXTRA_ROOTS = ["k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions"]
-EXTRA_KINDS = [("autoscaling/v1", "Scale", "k8s.io.api.autoscaling.v1.Scale")]
+EXTRA_KINDS = [
+    ("autoscaling/v1", "Scale", "k8s.io.api.autoscaling.v1.Scale"),
+    ("policy/v1", "Eviction", "k8s.io.api.policy.v1.Eviction"),
+    ("meta.k8s.io/v1", "DeleteOptions", "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions"),
+]
 
 SCALARS = {"string", "bool", "int32", "int64", "double", "bytes"}
 
@@ -171,7 +174,7 @@ def main():
 
     kinds = [k for k in kinds if any(k[2].startswith("k8s.io." + p.replace("/", ".") + ".") for p in ROOT_PACKAGES)]
     kinds += EXTRA_KINDS
-    todo, seen = sorted(m for _, _, m in kinds) + EXTRA_ROOTS, set()
+    todo, seen = sorted(m for _, _, m in kinds), set()
     while todo:
         name = todo.pop()
         if name in seen:

@@ -86,6 +86,13 @@ impl Schema {
 
     /// The message of a kind.
     pub fn kind(&self, api_version: &str, kind: &str) -> Option<&str> {
+        // DeleteOptions is registered in every group version, so a typed
+        // client's delete body names the group it deletes from.
+        let api_version = if kind == "DeleteOptions" {
+            "meta.k8s.io/v1"
+        } else {
+            api_version
+        };
         self.kinds
             .get(&(api_version.to_string(), kind.to_string()))
             .map(String::as_str)

@@ -286,3 +286,22 @@ fn nesting_deeper_than_any_object_is_refused() {
     let err = to_json::message(&schema, "t.Node", &bytes).unwrap_err();
     assert!(err.contains("nested more than"), "{err}");
 }
+
+#[test]
+fn an_eviction_and_a_delete_body_read_in_any_group() {
+    // DeleteOptions.gracePeriodSeconds (1), Eviction.deleteOptions (2).
+    let options = int(1, 5);
+    let eviction = decode_body(&envelope(
+        "policy/v1",
+        "Eviction",
+        &[metadata("p"), field(2, &options)].concat(),
+    ))
+    .unwrap();
+    assert_eq!(eviction["metadata"]["name"], "p");
+    assert_eq!(eviction["deleteOptions"]["gracePeriodSeconds"], 5);
+
+    // A typed client's delete body names the group it deletes from.
+    let delete = decode_body(&envelope("apps/v1", "DeleteOptions", &options)).unwrap();
+    assert_eq!(delete["gracePeriodSeconds"], 5);
+    assert_eq!(delete["apiVersion"], "apps/v1");
+}
