@@ -337,6 +337,10 @@ async fn kubectl_taints_describes_and_drains_a_node() {
         assert!(described.contains(want), "{want}: {described}");
     }
 
+    // There are no containers, and kubectl says so rather than "not found".
+    let (ok, _, err) = k.run(&["logs", "bare", "-n", "default"]).await;
+    assert!(!ok && err.contains("not simulated"), "{err}");
+
     let out = k
         .ok(&[
             "drain",

@@ -361,6 +361,16 @@ async fn resource(
             Some("status") if t.def.status_subresource => Part::Status,
             Some("eviction") if t.def.plural == "pods" && t.def.group.is_empty() => Part::Main,
             Some("scale") if scale::serves(&t.def) => Part::Main,
+            // The simulated kubelet runs no containers: say so, rather than
+            // a 404 that reads as a wrong command.
+            Some(sub @ ("log" | "exec" | "attach" | "portforward")) if t.def.plural == "pods" && t.def.group.is_empty() => {
+                let name = t.name.as_deref().unwrap_or_default();
+                sim.store().get(&t.def.gr(), &ns, name).ok_or_else(|| ApiError::not_found(&t.def.gr(), name))?;
+                return Err(ApiError::bad_request(format!(
+                    "pods/{sub} is not simulated: the simulated kubelet runs no containers, so pod {name:?} has no {}",
+                    if sub == "log" { "logs" } else { "process to connect to" }
+                )));
+            }
             Some(_) => return Err(ApiError::path_not_found()),
         };
         match (method, t.name.as_deref(), t.sub.as_deref()) {
