@@ -88,3 +88,289 @@ async fn kubectl_gets_applies_cordons_and_drains() {
         );
     }
 }
+
+async fn small() -> SimCluster {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/small.yaml");
+    let scenario = scenario::load(&path).expect("the small scenario loads");
+    let sim = SimCluster::start_with_scenario(SimConfig::default(), &scenario)
+        .await
+        .unwrap();
+    sim.wait_settled(Duration::from_secs(60))
+        .await
+        .expect("the scenario settles");
+    sim
+}
+
+/// kubectl's typed `create` commands send their object as protobuf
+/// (`application/vnd.kubernetes.protobuf`); each one creates what it says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_kubectl_create_commands_create_their_objects() {
+    let sim = small().await;
+    let k = Kubectl::new(&sim);
+
+    let out = k.ok(&["create", "namespace", "x"]).await;
+    assert!(out.contains("namespace/x created"), "{out}");
+    let ns = k.json(&["get", "namespace", "x"]).await;
+    assert_eq!(ns["metadata"]["name"], "x");
+    assert_eq!(ns["status"]["phase"], "Active");
+
+    // Only the Deployment object is checked: its pods are the Deployment
+    // controller's work, not the protobuf body's.
+    let out = k
+        .ok(&[
+            "create",
+            "deployment",
+            "web",
+            "--image=registry.example/web:1",
+            "--port=8080",
+            "-n",
+            "x",
+        ])
+        .await;
+    assert!(out.contains("deployment.apps/web created"), "{out}");
+    let table = k.ok(&["get", "deploy", "-n", "x"]).await;
+    assert!(table.lines().any(|l| l.starts_with("web ")), "{table}");
+    let deploy = k.json(&["get", "deploy", "web", "-n", "x"]).await;
+    assert_eq!(deploy["spec"]["replicas"], 1);
+    assert_eq!(deploy["spec"]["selector"]["matchLabels"]["app"], "web");
+    let container = &deploy["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "registry.example/web:1");
+    assert_eq!(container["ports"][0]["containerPort"], 8080);
+    let out = k
+        .ok(&["scale", "deployment", "web", "-n", "x", "--replicas=3"])
+        .await;
+    assert!(out.contains("deployment.apps/web scaled"), "{out}");
+    let scale = k
+        .ok(&[
+            "get",
+            "--raw",
+            "/apis/apps/v1/namespaces/x/deployments/web/scale",
+        ])
+        .await;
+    let scale: serde_json::Value = serde_json::from_str(&scale).unwrap();
+    assert_eq!(scale["spec"]["replicas"], 3);
+    assert_eq!(scale["status"]["selector"], "app=web");
+    // A pointer's zero is not dropped: zero replicas stay zero.
+    k.ok(&[
+        "create",
+        "deployment",
+        "idle",
+        "--image=registry.example/web:1",
+        "--replicas=0",
+        "-n",
+        "x",
+    ])
+    .await;
+    let idle = k.json(&["get", "deploy", "idle", "-n", "x"]).await;
+    assert_eq!(idle["spec"]["replicas"], 0);
+
+    k.ok(&[
+        "create",
+        "configmap",
+        "settings",
+        "--from-literal=mode=fast",
+        "-n",
+        "x",
+    ])
+    .await;
+    let cm = k.json(&["get", "configmap", "settings", "-n", "x"]).await;
+    assert_eq!(cm["data"]["mode"], "fast");
+
+    k.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "token",
+        "--from-literal=key=s3cret",
+        "-n",
+        "x",
+    ])
+    .await;
+    let secret = k.json(&["get", "secret", "token", "-n", "x"]).await;
+    assert_eq!(secret["data"]["key"], "czNjcmV0", "base64 of s3cret");
+
+    k.ok(&["create", "serviceaccount", "builder", "-n", "x"])
+        .await;
+    k.ok(&["get", "serviceaccount", "builder", "-n", "x"]).await;
+    k.ok(&[
+        "create",
+        "service",
+        "clusterip",
+        "web",
+        "--tcp=80:8080",
+        "-n",
+        "x",
+    ])
+    .await;
+    let svc = k.json(&["get", "service", "web", "-n", "x"]).await;
+    assert_eq!(svc["spec"]["ports"][0]["port"], 80);
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], 8080);
+
+    k.ok(&["create", "priorityclass", "batch-low", "--value=-10"])
+        .await;
+    let pc = k.json(&["get", "priorityclass", "batch-low"]).await;
+    assert_eq!(pc["value"], -10);
+
+    k.ok(&[
+        "create",
+        "poddisruptionbudget",
+        "web",
+        "--selector=app=web",
+        "--max-unavailable=25%",
+        "-n",
+        "x",
+    ])
+    .await;
+    let pdb = k.json(&["get", "pdb", "web", "-n", "x"]).await;
+    assert_eq!(pdb["spec"]["maxUnavailable"], "25%");
+
+    k.ok(&[
+        "create",
+        "clusterrole",
+        "reader",
+        "--verb=get,list",
+        "--resource=pods",
+    ])
+    .await;
+    k.ok(&[
+        "create",
+        "rolebinding",
+        "read",
+        "--clusterrole=reader",
+        "--serviceaccount=x:builder",
+        "-n",
+        "x",
+    ])
+    .await;
+    let rb = k.json(&["get", "rolebinding", "read", "-n", "x"]).await;
+    assert_eq!(rb["roleRef"]["name"], "reader");
+    assert_eq!(rb["subjects"][0]["name"], "builder");
+}
+
+/// The everyday commands against a node and its pods: get, label, taint and
+/// its removal, cordon, apply, describe and drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_taints_describes_and_drains_a_node() {
+    let sim = small().await;
+    let k = Kubectl::new(&sim);
+
+    let nodes = k.ok(&["get", "nodes", "-o", "wide"]).await;
+    assert!(
+        nodes.contains("node-a") && nodes.contains("node-b"),
+        "{nodes}"
+    );
+
+    let out = k
+        .ok(&["taint", "node", "node-a", "dedicated=batch:NoSchedule"])
+        .await;
+    assert!(out.contains("node/node-a tainted"), "{out}");
+    let node = k.json(&["get", "node", "node-a"]).await;
+    assert!(
+        node["spec"]["taints"].as_array().is_some_and(|t| t
+            .iter()
+            .any(|t| t["key"] == "dedicated"
+                && t["value"] == "batch"
+                && t["effect"] == "NoSchedule")),
+        "{}",
+        node["spec"]
+    );
+    let described = k.ok(&["describe", "node", "node-a"]).await;
+    assert!(
+        described.contains("dedicated=batch:NoSchedule"),
+        "{described}"
+    );
+    let out = k
+        .ok(&["taint", "node", "node-a", "dedicated=batch:NoSchedule-"])
+        .await;
+    assert!(out.contains("node/node-a untainted"), "{out}");
+    let node = k.json(&["get", "node", "node-a"]).await;
+    let taints = node["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(taints.iter().all(|t| t["key"] != "dedicated"), "{taints:?}");
+
+    k.ok(&["label", "node", "node-b", "pool=spare"]).await;
+    let labelled = k.ok(&["get", "nodes", "-l", "pool=spare"]).await;
+    assert!(
+        labelled.contains("node-b") && !labelled.contains("node-a"),
+        "{labelled}"
+    );
+
+    k.ok(&["cordon", "node-b"]).await;
+    assert_eq!(
+        k.json(&["get", "node", "node-b"]).await["spec"]["unschedulable"],
+        true
+    );
+    k.ok(&["uncordon", "node-b"]).await;
+
+    let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n  namespace: default\ndata:\n  a: \"1\"\n";
+    let out = k.apply_yaml(cm).await;
+    assert!(out.contains("configmap/applied created"), "{out}");
+    let out = k.apply_yaml(&cm.replace("\"1\"", "\"2\"")).await;
+    assert!(out.contains("configmap/applied configured"), "{out}");
+    assert_eq!(k.json(&["get", "cm", "applied"]).await["data"]["a"], "2");
+
+    // describe lists the node's pods (fieldSelector spec.nodeName) and the
+    // events of the object (fieldSelector involvedObject.*).
+    let described = k.ok(&["describe", "node", "node-a"]).await;
+    for want in [
+        "Name:               node-a",
+        "Non-terminated Pods:",
+        "bare",
+        "Events:",
+    ] {
+        assert!(described.contains(want), "{want}: {described}");
+    }
+    // The pod's node is shown with the node's own address, and a running
+    // pod's container is ready.
+    let node = k.json(&["get", "node", "node-a"]).await;
+    let ip = node["status"]["addresses"][0]["address"].as_str().unwrap();
+    let described = k.ok(&["describe", "pod", "bare", "-n", "default"]).await;
+    for want in [
+        "Name:         bare",
+        &format!("Node:         node-a/{ip}"),
+        "Status:       Running",
+        "Ready:          True",
+        "Events:",
+    ] {
+        assert!(described.contains(want), "{want}: {described}");
+    }
+
+    // There are no containers, and kubectl says so rather than "not found".
+    let (ok, _, err) = k.run(&["logs", "bare", "-n", "default"]).await;
+    assert!(!ok && err.contains("not simulated"), "{err}");
+
+    let out = k
+        .ok(&[
+            "drain",
+            "node-a",
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--force",
+            "--timeout=120s",
+        ])
+        .await;
+    assert!(out.contains("node/node-a drained"), "{out}");
+    let left = k
+        .json(&[
+            "get",
+            "pods",
+            "-A",
+            "--field-selector",
+            "spec.nodeName=node-a",
+        ])
+        .await;
+    for pod in left["items"].as_array().unwrap() {
+        let owner = pod["metadata"]["ownerReferences"][0]["kind"]
+            .as_str()
+            .unwrap_or("");
+        let mirror = pod["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string();
+        let done = pod["status"]["phase"] == "Succeeded";
+        assert!(
+            owner == "DaemonSet" || mirror || done,
+            "only DaemonSet, mirror and finished pods stay: {}",
+            pod["metadata"]["name"]
+        );
+    }
+}

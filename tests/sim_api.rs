@@ -661,6 +661,19 @@ async fn lists_page_with_limit_and_continue() {
     assert_eq!(all.len(), 5);
 }
 
+/// A protobuf body: the `k8s\0` magic and a runtime.Unknown with only the
+/// type.
+fn protobuf_envelope(api_version: &str, kind: &str) -> Vec<u8> {
+    let mut type_meta = vec![0x0a, api_version.len() as u8];
+    type_meta.extend(api_version.as_bytes());
+    type_meta.extend([0x12, kind.len() as u8]);
+    type_meta.extend(kind.as_bytes());
+    let mut out = b"k8s\0\x0a".to_vec();
+    out.push(type_meta.len() as u8);
+    out.extend(type_meta);
+    out
+}
+
 #[tokio::test]
 async fn bad_input_gets_status_errors_and_the_server_keeps_serving() {
     let sim = sim_with(SimConfig {
@@ -802,6 +815,29 @@ async fn bad_input_gets_status_errors_and_the_server_keeps_serving() {
             400,
         ),
         ("POST", "/version", "application/json", b"{}".to_vec(), 405),
+        // Protobuf: not the Kubernetes envelope, a truncated one, and a
+        // kind the simulator has no protobuf layout for.
+        (
+            "POST",
+            "/api/v1/namespaces",
+            "application/vnd.kubernetes.protobuf",
+            br#"{"kind":"Namespace"}"#.to_vec(),
+            400,
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces",
+            "application/vnd.kubernetes.protobuf",
+            b"k8s\0\x0a\x05\x0a".to_vec(),
+            400,
+        ),
+        (
+            "POST",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            "application/vnd.kubernetes.protobuf",
+            protobuf_envelope("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+            415,
+        ),
     ];
     for (method, path, ct, body, want) in cases {
         let (code, status) = raw(&sim, method, path, ct, body).await;

@@ -98,6 +98,13 @@ impl ApiError {
         )
     }
 
+    /// A 415 with its own message: a body whose media type is understood
+    /// but whose content is not (a protobuf body of a kind without a known
+    /// layout).
+    pub fn unsupported_body(message: impl Into<String>) -> Self {
+        Self::new(415, "UnsupportedMediaType", message)
+    }
+
     pub fn too_large() -> Self {
         Self::new(
             413,

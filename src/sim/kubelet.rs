@@ -114,7 +114,7 @@ fn on_node(sim: &SimState, node: &Value) {
     }
     let mut status = json!({
         "nodeInfo": {"kubeletVersion": "v1.33.0", "kubeProxyVersion": "v1.33.0", "osImage": "Simulated Linux", "kernelVersion": "6.1.0-sim", "containerRuntimeVersion": "containerd://2.0.0", "operatingSystem": "linux", "architecture": "amd64"},
-        "addresses": [{"type": "InternalIP", "address": format!("10.0.0.{}", 1 + (meta::name(node).len() * 7) % 250)}, {"type": "Hostname", "address": meta::name(node)}],
+        "addresses": [{"type": "InternalIP", "address": node_ip(meta::name(node))}, {"type": "Hostname", "address": meta::name(node)}],
     });
     if st["capacity"].is_null() {
         status["capacity"] = json!({"pods": "110", "cpu": "8", "memory": "32Gi"});
@@ -176,13 +176,19 @@ fn on_pod(sim: &Arc<SimState>, shared: &Shared, pod: &Value) {
     if phase != "Pending" {
         return;
     }
-    let node_ready = sim
-        .store()
-        .get(&Gr::nodes(), "", node)
-        .is_some_and(|n| meta::node_ready(&n));
-    if !node_ready || !lock(shared).starting.insert(uid.clone()) {
+    let Some(node_obj) = sim.store().get(&Gr::nodes(), "", node) else {
+        return;
+    };
+    if !meta::node_ready(&node_obj) || !lock(shared).starting.insert(uid.clone()) {
         return;
     }
+    // The pod's hostIP is its node's address, as `kubectl describe pod`
+    // shows it next to the node's name.
+    let host_ip = node_obj["status"]["addresses"]
+        .as_array()
+        .and_then(|a| a.iter().find(|a| a["type"] == "InternalIP"))
+        .and_then(|a| a["address"].as_str())
+        .map_or_else(|| node_ip(node), str::to_string);
     let ip = {
         let mut k = lock(shared);
         let next_index = k.ips.len();
@@ -195,14 +201,15 @@ fn on_pod(sim: &Arc<SimState>, shared: &Shared, pod: &Value) {
         meta::namespace(pod).to_string(),
         meta::name(pod).to_string(),
     );
-    let containers: Vec<Value> = pod["spec"]["containers"]
-        .as_array()
-        .map(|cs| cs.iter().map(|c| json!({"name": c["name"], "image": c["image"], "ready": startup == 0.0, "restartCount": 0, "started": true, "state": {"running": {"startedAt": now_time()}}})).collect())
-        .unwrap_or_default();
+    let started = now_time();
     let status = |ready: bool| {
         let r = if ready { "True" } else { "False" };
+        let containers: Vec<Value> = pod["spec"]["containers"]
+            .as_array()
+            .map(|cs| cs.iter().map(|c| json!({"name": c["name"], "image": c["image"], "ready": ready, "restartCount": 0, "started": true, "state": {"running": {"startedAt": started}}})).collect())
+            .unwrap_or_default();
         json!({
-            "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "10.0.0.1", "startTime": now_time(),
+            "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": host_ip, "hostIPs": [{"ip": host_ip}], "startTime": started,
             "conditions": [
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": now_time()},
                 {"type": "Initialized", "status": "True", "lastTransitionTime": now_time()},
@@ -235,6 +242,13 @@ fn on_pod(sim: &Arc<SimState>, shared: &Shared, pod: &Value) {
             }
         });
     }
+}
+
+/// A node's address: stable for its name, and distinct between the names
+/// of a scenario.
+fn node_ip(name: &str) -> String {
+    let h = u64::from_str_radix(&hash(name.as_bytes()), 16).unwrap_or_default();
+    format!("10.0.{}.{}", (h >> 8) % 250, h % 250 + 1)
 }
 
 /// A stable hash of a manifest's bytes (FNV-1a), as the config hash.

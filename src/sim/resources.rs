@@ -118,7 +118,17 @@ impl ResourceDef {
             namespaced,
             status_subresource: status,
             short_names: short.iter().map(|s| s.to_string()).collect(),
-            categories: if ["pods", "daemonsets", "replicasets"].contains(&plural) {
+            // The "all" category as the API server has it, for `kubectl get all`.
+            categories: if [
+                "pods",
+                "services",
+                "daemonsets",
+                "deployments",
+                "replicasets",
+                "statefulsets",
+            ]
+            .contains(&plural)
+            {
                 vec!["all".into()]
             } else {
                 vec![]
@@ -242,6 +252,17 @@ impl ResourceDef {
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if super::scale::serves(self) {
+            out.push(json!({
+                "name": format!("{}/scale", self.plural),
+                "singularName": "",
+                "namespaced": true,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
         if self.plural == "pods" && self.group.is_empty() {
             out.push(json!({
                 "name": "pods/eviction",
@@ -324,15 +345,9 @@ pub fn builtins() -> Vec<ResourceDef> {
             false,
             &[],
         ),
-        d(
-            "events.k8s.io",
-            "v1",
-            "events",
-            "Event",
-            true,
-            false,
-            &["ev"],
-        ),
+        // No short name: "ev" is the core Event's, and kubectl warns when
+        // two resources share one.
+        d("events.k8s.io", "v1", "events", "Event", true, false, &[]),
         d(
             "scheduling.k8s.io",
             "v1",

@@ -25,7 +25,7 @@ use super::select::{FieldSelector, LabelSelector};
 use super::state::SimState;
 use super::store::rv_of;
 use super::verbs::{self, DeleteOptions, Part, PatchType, Writer};
-use super::{discovery, table, watch};
+use super::{discovery, protobuf, scale, table, watch};
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
@@ -286,8 +286,8 @@ fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
         return serde_saphyr::from_str::<Value>(text)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")));
     }
-    if ct.contains("protobuf") {
-        return Err(ApiError::unsupported_media(ct));
+    if ct.starts_with(protobuf::MEDIA_TYPE) {
+        return protobuf::decode_body(body);
     }
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("error decoding the request body as JSON: {e}")))
@@ -360,9 +360,25 @@ async fn resource(
             None => Part::Main,
             Some("status") if t.def.status_subresource => Part::Status,
             Some("eviction") if t.def.plural == "pods" && t.def.group.is_empty() => Part::Main,
+            Some("scale") if scale::serves(&t.def) => Part::Main,
+            // The simulated kubelet runs no containers: say so, rather than
+            // a 404 that reads as a wrong command.
+            Some(sub @ ("log" | "exec" | "attach" | "portforward")) if t.def.plural == "pods" && t.def.group.is_empty() => {
+                let name = t.name.as_deref().unwrap_or_default();
+                sim.store().get(&t.def.gr(), &ns, name).ok_or_else(|| ApiError::not_found(&t.def.gr(), name))?;
+                return Err(ApiError::bad_request(format!(
+                    "pods/{sub} is not simulated: the simulated kubelet runs no containers, so pod {name:?} has no {}",
+                    if sub == "log" { "logs" } else { "process to connect to" }
+                )));
+            }
             Some(_) => return Err(ApiError::path_not_found()),
         };
         match (method, t.name.as_deref(), t.sub.as_deref()) {
+            (&Method::GET, Some(name), Some("scale")) => Ok((200, scale::get(sim, &t.def, &ns, name)?)),
+            (&Method::PUT, Some(name), Some("scale")) => {
+                audit.verb = "update".into();
+                Ok((200, scale::update(sim, &t.def, &ns, name, &parse_body(headers, body)?, &writer(headers, query))?))
+            }
             (&Method::GET, None, _) => {
                 if matches!(query.get("watch").map(String::as_str), Some("1" | "true")) {
                     return Err(ApiError::internal("watch handled elsewhere"));
@@ -429,6 +445,9 @@ async fn resource(
                 } else {
                     serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding the patch as JSON: {e}")))?
                 };
+                if t.sub.as_deref() == Some("scale") {
+                    return Ok((200, scale::patch(sim, &t.def, &ns, name, kind, &patch_body, &writer(headers, query))?));
+                }
                 let patched = verbs::patch(sim, &t.def, &ns, name, part, kind, &patch_body, &writer(headers, query))?;
                 Ok((200, (*patched).clone()))
             }
