@@ -244,3 +244,76 @@ async fn status_writes_cost_agents_a_metadata_event_and_only_a_spec_change_a_rea
     assert_eq!(gets_of(&sim, "fence"), 2, "read again for its new spec");
     stop.cancel();
 }
+
+/// The agent's writes of its Node's status (the MaintdDrain condition),
+/// in the API server's order.
+fn node_condition_writes(sim: &SimCluster) -> usize {
+    sim.state
+        .audit
+        .entries()
+        .iter()
+        .filter(|e| {
+            e.user_agent.contains("node-a")
+                && e.resource == "nodes"
+                && e.subresource.as_deref() == Some("status")
+                && e.code < 300
+        })
+        .count()
+}
+
+/// Every write to a Node goes to everything watching Nodes: the agent
+/// writes its condition on phase transitions only. A drain whose budget
+/// paces it (the small scenario's web pods go one at a time, so the drain
+/// goes Blocked and Draining again and again) costs the Node the same few
+/// writes as any other: Draining, Drained, and back to Idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_condition_is_written_on_phase_transitions_only() {
+    let (sim, stop) = small_with_agent().await;
+    let client = sim.client();
+    let k = common::kubectl::Kubectl::new(&sim);
+    let k_ref = &k;
+    eventually("node-a's NodeDrain reads Idle", || async move {
+        let (ok, out, _) = k_ref
+            .run(&["get", "nodedrain", "node-a", "-o", "json"])
+            .await;
+        ok && serde_json::from_str::<Value>(&out).is_ok_and(|d| d["status"]["phase"] == "Idle")
+    })
+    .await;
+    let at_start = node_condition_writes(&sim);
+    assert!(at_start <= 1, "one write of Idle at most: {at_start}");
+    taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
+    eventually("node-a's NodeDrain reads Drained", || async move {
+        k_ref.json(&["get", "nodedrain", "node-a"]).await["status"]["phase"] == "Drained"
+    })
+    .await;
+    let blocked_phases = sim
+        .state
+        .audit
+        .entries()
+        .iter()
+        .filter(|e| e.user_agent.contains("node-a") && e.verb == "evict" && e.code == 429)
+        .count();
+    assert!(blocked_phases > 0, "the budget paced the drain");
+    taint(&client, "node-a", "maintd.io/drain", None).await;
+    eventually("node-a's NodeDrain reads Idle again", || async move {
+        k_ref.json(&["get", "nodedrain", "node-a"]).await["status"]["phase"] == "Idle"
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writes = node_condition_writes(&sim) - at_start;
+    // Cordoned, Draining, Drained, then Cordoned or Idle on the way back.
+    assert!(
+        (3..=5).contains(&writes),
+        "{writes} writes of the Node for one drain and its undo"
+    );
+    let node = k.json(&["get", "node", "node-a"]).await;
+    let condition = node["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "MaintdDrain")
+        .cloned()
+        .unwrap();
+    assert_eq!(condition["reason"], "Idle", "{condition}");
+    stop.cancel();
+}

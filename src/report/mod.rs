@@ -92,7 +92,7 @@ impl StatusReporter {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut dirty = true;
         let mut pace = RetryPace::default();
-        let mut condition: Option<(String, String, Vec<String>)> = None;
+        let mut condition: Option<(&'static str, &'static str)> = None;
         loop {
             tokio::select! {
                 _ = events.recv() => dirty = true,
@@ -189,21 +189,33 @@ impl StatusReporter {
     }
 
     /// maintd's condition on the Node (type `MaintdDrain`): True while the
-    /// node is draining or drained. Written only when the phase or the
-    /// triggers change, never for progress: the details are in the node's
-    /// NodeDrain.
-    async fn write_condition(&self, last: &mut Option<(String, String, Vec<String>)>) -> bool {
+    /// node is draining or drained. Written only when its status or reason
+    /// changes (a phase transition), never for progress or for a change of
+    /// triggers alone: every write to a Node goes to everything that watches
+    /// Nodes (KEP-589), so the details are in the node's NodeDrain. A
+    /// blocked drain is still `Draining` here (its NodeDrain says Blocked):
+    /// a drain waiting on budgets goes back and forth between the two.
+    async fn write_condition(&self, last: &mut Option<(&'static str, &'static str)>) -> bool {
         let st = self.progress.status();
-        let (status, reason) = match st.phase {
-            Phase::Idle => ("False", "Idle"),
-            Phase::Cordoned => ("False", "Cordoned"),
-            Phase::Draining => ("True", "Draining"),
-            Phase::Blocked => ("True", "Blocked"),
-            Phase::Drained => ("True", "Drained"),
-            Phase::Failed => ("False", "Failed"),
-        };
-        let now = (status.to_string(), reason.to_string(), st.triggers.clone());
-        if last.as_ref() == Some(&now) {
+        let (status, reason) = node_condition(st.phase);
+        if *last == Some((status, reason)) {
+            return true;
+        }
+        // What the Node says already (an agent that restarted): the same
+        // condition is not written again, and a reason change within the
+        // same status keeps the time of the last transition.
+        let current = self.node_index.by_name(&self.node).and_then(|n| {
+            n["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "MaintdDrain")
+                .cloned()
+        });
+        if current
+            .as_ref()
+            .is_some_and(|c| c["status"] == status && c["reason"] == reason)
+        {
+            *last = Some((status, reason));
             return true;
         }
         let message = if st.triggers.is_empty() {
@@ -217,18 +229,22 @@ impl StatusReporter {
             )
         };
         let time = crate::drain::progress::now_time();
+        let since = current
+            .filter(|c| c["status"] == status)
+            .and_then(|c| c["lastTransitionTime"].as_str().map(str::to_string))
+            .unwrap_or_else(|| time.clone());
         let body = serde_json::json!({
             "apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node},
             "status": {"conditions": [{
                 "type": "MaintdDrain", "status": status, "reason": reason, "message": message,
-                "lastTransitionTime": time, "lastHeartbeatTime": time,
+                "lastTransitionTime": since, "lastHeartbeatTime": time,
             }]},
         });
         let ok = self
             .apply("/api/v1/nodes", &self.node, &self.manager(), body)
             .await;
         if ok {
-            *last = Some(now);
+            *last = Some((status, reason));
         }
         ok
     }
@@ -272,6 +288,17 @@ impl StatusReporter {
                 false
             }
         }
+    }
+}
+
+/// The Node condition's status and reason for a drain phase.
+fn node_condition(phase: Phase) -> (&'static str, &'static str) {
+    match phase {
+        Phase::Idle => ("False", "Idle"),
+        Phase::Cordoned => ("False", "Cordoned"),
+        Phase::Draining | Phase::Blocked => ("True", "Draining"),
+        Phase::Drained => ("True", "Drained"),
+        Phase::Failed => ("False", "Failed"),
     }
 }
 
