@@ -300,7 +300,12 @@ impl<D: DrainControl> FleetLock<D> {
     /// Returns whether a slot was resumed.
     pub async fn resume(&self, group: &str) -> Result<bool, CoordinationError> {
         let slots = (self.slots_for)(group);
-        if !slots.holders().await?.iter().any(|h| h.holder == self.node) {
+        if !slots
+            .holders(&self.node)
+            .await?
+            .iter()
+            .any(|h| h.holder == self.node)
+        {
             return Ok(false);
         }
         let mut held = self.held.lock().await;

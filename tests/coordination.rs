@@ -41,7 +41,7 @@ async fn one_slot_the_second_node_waits_until_the_first_releases() {
     assert!(a.try_acquire("node-a").await.unwrap().is_acquired());
     let refused = b.try_acquire("node-b").await.unwrap();
     assert_eq!(holders_of(&refused), ["node-a"], "Full names the holder");
-    assert_eq!(a.holders().await.unwrap().len(), 1);
+    assert_eq!(a.holders("node-a").await.unwrap().len(), 1);
 
     assert!(a.release("node-a").await.unwrap());
     assert!(
@@ -162,7 +162,10 @@ async fn racing_acquirers_for_one_slot_exactly_one_wins() {
         );
         let winners = [ra.unwrap(), rb.unwrap()].iter().filter(|w| **w).count();
         assert_eq!(winners, 1, "round {round}: exactly one node holds the slot");
-        let holders = slots(&sim, &group, 1, LONG).holders().await.unwrap();
+        let holders = slots(&sim, &group, 1, LONG)
+            .holders("node-a")
+            .await
+            .unwrap();
         assert_eq!(holders.len(), 1, "round {round}");
     }
 }
@@ -206,7 +209,7 @@ async fn a_control_plane_node_waits_while_another_is_not_ready() {
         other => panic!("cp-1 must wait for cp-2, got {other:?}"),
     }
     assert!(
-        cp1.holders().await.unwrap().is_empty(),
+        cp1.holders("cp-1").await.unwrap().is_empty(),
         "no slot taken while blocked"
     );
 

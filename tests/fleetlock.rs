@@ -228,7 +228,7 @@ async fn fleetlock_rejects_malformed_requests_with_protocol_errors() {
     );
     assert!(
         RebootSlots::new(sim.client(), NS, "workers", 1, LONG)
-            .holders()
+            .holders("node-a")
             .await
             .unwrap()
             .is_empty()

@@ -317,3 +317,39 @@ async fn the_node_condition_is_written_on_phase_transitions_only() {
     assert_eq!(condition["reason"], "Idle", "{condition}");
     stop.cancel();
 }
+
+/// An agent whose view of its Node arrives late (a slow list) still writes
+/// the node's NodeDrain once it knows the Node: the status writer's first
+/// rounds, without a Node to own the object, must not count as done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_seen_late_still_gets_its_nodedrain() {
+    let sim = sim().await;
+    let client = sim.client();
+    install(&client).await;
+    create_node(&client, "node-late").await;
+    // The agent's list of its Node takes 3 s; everything else is quick.
+    let proxy = common::slow_proxy::SlowProxy::start(
+        sim.url(),
+        std::sync::Arc::new(|method, path| {
+            (method == http::Method::GET && path == "/api/v1/nodes")
+                .then_some(Duration::from_secs(3))
+        }),
+    )
+    .await;
+    let agent = Agent::new(
+        Config::for_node("node-late", "/nonexistent/manifests".into()),
+        proxy.agent_client(),
+    );
+    let stop = CancellationToken::new();
+    tokio::spawn(agent.run(stop.clone()));
+    let k = common::kubectl::Kubectl::new(&sim);
+    let k_ref = &k;
+    eventually("node-late's NodeDrain reads Idle", || async move {
+        let (ok, out, _) = k_ref
+            .run(&["get", "nodedrain", "node-late", "-o", "json"])
+            .await;
+        ok && serde_json::from_str::<Value>(&out).is_ok_and(|d| d["status"]["phase"] == "Idle")
+    })
+    .await;
+    stop.cancel();
+}

@@ -11,6 +11,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 /// Label on every slot Lease: the group it belongs to.
 pub const GROUP_LABEL: &str = "maintd.io/reboot-group";
 
+/// Label on a held slot Lease: its holder (as a label value), so an agent
+/// finds the slots it holds with one small LIST.
+pub const HOLDER_LABEL: &str = "maintd.io/reboot-holder";
+
 /// The Lease name of slot `index` of `group`: `maintd-reboot-<group>-<index>`.
 /// Lease names are DNS subdomains, so the group is lowercased and anything
 /// outside `[a-z0-9.-]` becomes `-`.
@@ -80,10 +84,10 @@ pub fn new_held(
         metadata: ObjectMeta {
             name: Some(name.to_string()),
             namespace: Some(namespace.to_string()),
-            labels: Some(BTreeMap::from([(
-                GROUP_LABEL.to_string(),
-                label_value(group),
-            )])),
+            labels: Some(BTreeMap::from([
+                (GROUP_LABEL.to_string(), label_value(group)),
+                (HOLDER_LABEL.to_string(), label_value(holder)),
+            ])),
             ..ObjectMeta::default()
         },
         spec: Some(held_spec(None, holder, duration, now)),
@@ -96,6 +100,11 @@ pub fn new_held(
 pub fn taken_over(current: &Lease, holder: &str, duration: Duration, now: Timestamp) -> Lease {
     let mut lease = current.clone();
     lease.spec = Some(held_spec(current.spec.as_ref(), holder, duration, now));
+    lease
+        .metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(HOLDER_LABEL.to_string(), label_value(holder));
     lease
 }
 
@@ -110,6 +119,9 @@ pub fn renewed(current: &Lease, now: Timestamp) -> Lease {
 /// `current` with its holder cleared (resourceVersion kept).
 pub fn released(current: &Lease) -> Lease {
     let mut lease = current.clone();
+    if let Some(labels) = lease.metadata.labels.as_mut() {
+        labels.remove(HOLDER_LABEL);
+    }
     let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
     spec.holder_identity = None;
     spec.acquire_time = None;

@@ -103,10 +103,33 @@ impl RebootSlots {
         )
     }
 
-    /// Each slot's name with its Lease among `leases` (None: not created
-    /// yet), in slot order.
-    pub fn slots_among(&self, leases: &[Lease]) -> Vec<(String, Option<Lease>)> {
-        (0..self.max_holders)
+    /// The slots `node` may take: two of the group's, picked by a stable
+    /// hash of the node's name (every slot when there are two or fewer).
+    /// Each slot then has a few candidate nodes whatever the group's size,
+    /// so a node waiting for a slot hears only of its two, and a slot that
+    /// frees up is raced for by a few nodes, not by all that wait; a node
+    /// with two choices waits little longer than with all of them.
+    pub fn candidates(&self, node: &str) -> Vec<u32> {
+        let max = self.max_holders;
+        if max <= 2 {
+            return (0..max).collect();
+        }
+        let first = (fnv1a(node.as_bytes(), 0) % u64::from(max)) as u32;
+        let other = (fnv1a(node.as_bytes(), 1) % u64::from(max - 1)) as u32;
+        let second = if other >= first { other + 1 } else { other };
+        vec![first, second]
+    }
+
+    /// The name of slot `index`.
+    pub fn slot_name(&self, index: u32) -> String {
+        lease::slot_name(&self.group, index)
+    }
+
+    /// `node`'s candidate slots with their Leases among `leases` (None: not
+    /// created yet).
+    pub fn slots_among(&self, node: &str, leases: &[Lease]) -> Vec<(String, Option<Lease>)> {
+        self.candidates(node)
+            .into_iter()
             .map(|i| {
                 let name = lease::slot_name(&self.group, i);
                 let found = leases
@@ -118,21 +141,23 @@ impl RebootSlots {
             .collect()
     }
 
-    /// Every slot, as read now: one LIST of the group's Leases (by label),
-    /// whatever the number of slots.
-    async fn read_all(&self) -> Result<Vec<(String, Option<Lease>)>, CoordinationError> {
-        let list = self
-            .api
-            .list(&ListParams::default().labels(&self.label_selector()))
-            .await
-            .map_err(|e| {
-                self.err(
-                    &lease::slot_name(&self.group, 0),
-                    "listing the group's slots",
-                    crate::client::explain(&e),
-                )
-            })?;
-        Ok(self.slots_among(&list.items))
+    /// `node`'s candidate slots, as read now (at most two reads, whatever
+    /// the number of slots).
+    async fn read_candidates(
+        &self,
+        node: &str,
+    ) -> Result<Vec<(String, Option<Lease>)>, CoordinationError> {
+        let mut out = Vec::new();
+        for i in self.candidates(node) {
+            let name = self.slot_name(i);
+            let lease = self
+                .api
+                .get_opt(&name)
+                .await
+                .map_err(|e| self.err(&name, "reading the slot", crate::client::explain(&e)))?;
+            out.push((name, lease));
+        }
+        Ok(out)
     }
 
     /// Takes a slot for `node` if one is free or expired. Recursive: a node
@@ -158,7 +183,7 @@ impl RebootSlots {
         &self,
         node: &str,
     ) -> Result<Option<Acquisition<String>>, CoordinationError> {
-        let slots = self.read_all().await?;
+        let slots = self.read_candidates(node).await?;
         let now = Timestamp::now();
         for (name, lease) in &slots {
             if let Some(lease) = lease
@@ -306,7 +331,7 @@ impl RebootSlots {
         let mut released = false;
         let now = Timestamp::now();
         let mine: Vec<String> = self
-            .read_all()
+            .read_candidates(node)
             .await?
             .into_iter()
             .filter(|(_, l)| {
@@ -358,11 +383,11 @@ impl RebootSlots {
         Ok(released)
     }
 
-    /// Who holds a slot now (expired holds excluded).
-    pub async fn holders(&self) -> Result<Vec<Holder>, CoordinationError> {
+    /// Who holds `node`'s candidate slots now (expired holds excluded).
+    pub async fn holders(&self, node: &str) -> Result<Vec<Holder>, CoordinationError> {
         let now = Timestamp::now();
         Ok(self
-            .read_all()
+            .read_candidates(node)
             .await?
             .into_iter()
             .filter_map(
@@ -379,8 +404,9 @@ impl RebootSlots {
 }
 
 /// The groups in which `node` holds an unexpired slot, from one LIST of the
-/// slot Leases in `namespace`: what an agent that restarted (say, across the
-/// reboot it drained for) must resume renewing.
+/// slot Leases in `namespace` labelled with the node as holder (so the list
+/// holds this node's slots, not every group's): what an agent that
+/// restarted (say, across the reboot it drained for) must resume renewing.
 pub async fn groups_held_by(
     client: kube::Client,
     namespace: &str,
@@ -388,7 +414,11 @@ pub async fn groups_held_by(
 ) -> Result<Vec<String>, CoordinationError> {
     let api: Api<Lease> = Api::namespaced(client, namespace);
     let leases = api
-        .list(&ListParams::default().labels(lease::GROUP_LABEL))
+        .list(&ListParams::default().labels(&format!(
+            "{}={}",
+            lease::HOLDER_LABEL,
+            lease::label_value(node)
+        )))
         .await
         .map_err(|e| CoordinationError::Api {
             lease: format!("{namespace}/maintd-reboot-*"),
@@ -406,4 +436,15 @@ pub async fn groups_held_by(
     groups.sort();
     groups.dedup();
     Ok(groups)
+}
+
+/// FNV-1a of `bytes` after a `seed` byte: a hash every agent computes the
+/// same, whatever its build (the standard library's may change).
+fn fnv1a(bytes: &[u8], seed: u8) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in std::iter::once(seed).chain(bytes.iter().copied()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }

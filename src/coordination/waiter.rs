@@ -1,10 +1,11 @@
 //! Waiting for a slot without asking over and over. A node that waits
-//! watches its group's slot Leases (one watch, by label) and tries to take
-//! a slot only when the watch shows one free, expired or not yet created,
-//! after a random pause: when a slot frees up, the waiting nodes do not
-//! all write at once, and those that see it taken meanwhile do not write at
-//! all. A thousand waiting nodes cost the API server a thousand quiet
-//! watches, not a thousand reads every few seconds.
+//! watches its candidate slots' Leases (two at most, by name: see
+//! [`RebootSlots::candidates`]) and tries to take one only when a watch
+//! shows it free, expired or not yet created, after a random pause: when a
+//! slot frees up, its waiting candidates do not all write at once, and
+//! those that see it taken meanwhile do not write at all. A thousand
+//! waiting nodes cost the API server quiet watches, not a thousand reads
+//! every few seconds, and each hears only of its own two slots.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +48,7 @@ pub fn availability(
     let mut open = false;
     let mut holders = Vec::new();
     let mut next_expiry: Option<Timestamp> = None;
-    for (slot, l) in slots.slots_among(leases) {
+    for (slot, l) in slots.slots_among(node, leases) {
         let Some(l) = l else {
             open = true;
             continue;
@@ -115,14 +116,21 @@ pub async fn wait_for_slot(
     stop: CancellationToken,
     report: Arc<dyn Fn(String) + Send + Sync>,
 ) -> Option<SlotGuard> {
-    let index = Index::new();
     let watching = stop.child_token();
-    let target =
-        WatchTarget::new(slots.leases_path(), None, guard).with_labels(slots.label_selector());
-    tokio::spawn(index.clone().run(client, target, watching.clone()));
-    // The watch ends with the waiting, whatever ends it.
-    let _end_watch = watching.drop_guard();
-    let mut changes = index.changes();
+    let views: Vec<Index> = slots
+        .candidates(&node)
+        .into_iter()
+        .map(|i| {
+            let index = Index::new();
+            let by_name = format!("metadata.name={}", slots.slot_name(i));
+            let target = WatchTarget::new(slots.leases_path(), Some(by_name), guard.clone());
+            tokio::spawn(index.clone().run(client.clone(), target, watching.clone()));
+            index
+        })
+        .collect();
+    // The watches end with the waiting, whatever ends it.
+    let _end_watches = watching.drop_guard();
+    let mut changes: Vec<_> = views.iter().map(Index::changes).collect();
     let mut backoff = Backoff::with(1_000, 30_000);
     let mut told = String::new();
     let mut tell = |message: String| {
@@ -132,8 +140,8 @@ pub async fn wait_for_slot(
         }
     };
     loop {
-        let ready = index.synced();
-        let view = availability(&slots, &leases(&index), &node, Timestamp::now());
+        let ready = views.iter().all(Index::synced);
+        let view = availability(&slots, &leases(&views), &node, Timestamp::now());
         let mut wait_until: Option<tokio::time::Instant> = None;
         if ready && view.open {
             // A random pause: of the nodes that saw the slot open, most
@@ -142,7 +150,7 @@ pub async fn wait_for_slot(
             if sleep_or_stop(pause, &stop).await {
                 return None;
             }
-            let now_view = availability(&slots, &leases(&index), &node, Timestamp::now());
+            let now_view = availability(&slots, &leases(&views), &node, Timestamp::now());
             if !now_view.open {
                 continue;
             }
@@ -185,24 +193,26 @@ pub async fn wait_for_slot(
                 let left = at.duration_since(Timestamp::now()).as_secs_f64().max(0.0);
                 tokio::time::Instant::now().checked_add(Duration::from_secs_f64(left + 1.0))
             });
-        } else if let Some(e) = index.last_error() {
+        } else if let Some(e) = views.iter().find_map(Index::last_error) {
             tell(format!("waiting for {what}: reading the slots: {e}"));
         }
+        let changed =
+            futures::future::select_all(changes.iter_mut().map(|c| Box::pin(c.changed())));
         tokio::select! {
-            _ = changes.changed() => {}
+            _ = changed => {}
             _ = sleep_until(wait_until) => {}
             _ = stop.cancelled() => return None,
         }
     }
 }
 
-/// The slot Leases a watch holds, decoded (one that does not decode is
+/// The slot Leases the watches hold, decoded (one that does not decode is
 /// left out: it is no slot maintd wrote).
-fn leases(index: &Index) -> Vec<Lease> {
-    index
-        .all()
+fn leases(views: &[Index]) -> Vec<Lease> {
+    views
         .iter()
-        .filter_map(|v: &Arc<Value>| serde_json::from_value((**v).clone()).ok())
+        .flat_map(Index::all)
+        .filter_map(|v: Arc<Value>| serde_json::from_value((*v).clone()).ok())
         .collect()
 }
 
@@ -246,6 +256,32 @@ mod tests {
                 ..LeaseSpec::default()
             }),
         }
+    }
+
+    #[tokio::test]
+    async fn each_node_has_two_stable_candidate_slots_and_the_slots_share_the_nodes() {
+        let s = slots(100);
+        let mut per_slot = [0u32; 100];
+        for i in 0..1000 {
+            let node = format!("node-{i:05}");
+            let c = s.candidates(&node);
+            assert_eq!(c.len(), 2);
+            assert_ne!(c[0], c[1], "{node}");
+            assert!(c.iter().all(|i| *i < 100));
+            assert_eq!(c, s.candidates(&node), "the same on every call");
+            for i in c {
+                per_slot[i as usize] += 1;
+            }
+        }
+        // 2,000 candidacies over 100 slots: 20 each on average, none far off.
+        let (lo, hi) = (
+            per_slot.iter().min().unwrap(),
+            per_slot.iter().max().unwrap(),
+        );
+        assert!(*lo >= 5 && *hi <= 40, "{lo}..{hi}");
+        // With one or two slots, every node may take any of them.
+        assert_eq!(slots(1).candidates("n"), [0]);
+        assert_eq!(slots(2).candidates("n"), [0, 1]);
     }
 
     #[tokio::test]

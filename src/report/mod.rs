@@ -83,6 +83,10 @@ impl StatusReporter {
     /// (RBAC, a missing CRD) from thousands of agents does not flood the API.
     pub async fn run(self, stop: CancellationToken) {
         let mut events = self.progress.subscribe();
+        // The NodeDrain waits for the Node's uid (its owner), and the
+        // condition for the Node's own copy: a change of the Node may be
+        // what lets a write go out.
+        let mut node = self.node_index.changes();
         let mut objects = self.maintenance.index.changes();
         let mut medik8s_objects = self.medik8s.as_ref().map(|m| m.index.changes());
         let mut lock = self.inhibitor.clone();
@@ -96,6 +100,7 @@ impl StatusReporter {
         loop {
             tokio::select! {
                 _ = events.recv() => dirty = true,
+                r = node.changed() => { if r.is_err() { return } dirty = true }
                 r = objects.changed() => { if r.is_err() { return } dirty = true }
                 _ = async {
                     match medik8s_objects.as_mut() {
