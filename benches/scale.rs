@@ -79,7 +79,7 @@ fn create(sim: &SimCluster, gr: &Gr, ns: Option<&str>, obj: Value) {
 }
 
 /// Agent requests and what they received, per agent, from the audit log.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct Usage {
     requests: f64,
     events: f64,
@@ -118,6 +118,7 @@ impl Usage {
     }
 }
 
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Row {
     n: usize,
     pods_per_node: usize,
@@ -342,7 +343,51 @@ fn verdict(ok: bool) -> &'static str {
     if ok { "holds" } else { "DOES NOT HOLD" }
 }
 
+/// One N in a process of its own, so its memory and CPU figures are its
+/// own: the bench runs itself with `MAINTD_SCALE_ONE=N,PODS,IDLE` and reads
+/// the row it prints last.
+fn run_apart(n: usize, pods: usize, idle: u64) -> Row {
+    let exe = std::env::current_exe().expect("the bench's own path");
+    let out = std::process::Command::new(exe)
+        .env("MAINTD_SCALE_ONE", format!("{n},{pods},{idle}"))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("the bench runs itself");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text.lines().rev().find_map(|l| {
+        l.strip_prefix("ROW ")
+            .and_then(|j| serde_json::from_str(j).ok())
+    });
+    row.unwrap_or_else(|| panic!("N={n} printed no row:\n{text}"))
+}
+
+/// The child's part: one N, its row printed as JSON.
+fn run_one(spec: &str) {
+    let v: Vec<u64> = spec.split(',').filter_map(|s| s.parse().ok()).collect();
+    let [n, pods, idle] = v[..] else {
+        panic!("MAINTD_SCALE_ONE={spec}: want N,PODS,IDLE");
+    };
+    let sim_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name(SIM_THREAD)
+        .enable_all()
+        .build()
+        .expect("the simulator's runtime");
+    let agents = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("agents")
+        .enable_all()
+        .build()
+        .expect("the agents' runtime");
+    let row = run(&sim_rt, &agents, n as usize, pods as usize, idle);
+    println!("ROW {}", serde_json::to_string(&row).expect("a row"));
+}
+
 fn main() {
+    if let Ok(spec) = std::env::var("MAINTD_SCALE_ONE") {
+        run_one(&spec);
+        return;
+    }
     let ns: Vec<usize> = std::env::var("MAINTD_SCALE_NODES")
         .unwrap_or_else(|_| "10,100,1000".into())
         .split(',')
@@ -356,21 +401,9 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3);
-    let sim_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name(SIM_THREAD)
-        .enable_all()
-        .build()
-        .expect("the simulator's runtime");
-    let agents = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("agents")
-        .enable_all()
-        .build()
-        .expect("the agents' runtime");
     let mut rows = Vec::new();
     for &n in &ns {
-        let row = run(&sim_rt, &agents, n, pods, idle);
+        let row = run_apart(n, pods, idle);
         print_row(&row);
         rows.push(row);
     }
@@ -378,7 +411,7 @@ fn main() {
         return;
     };
     // The smallest N again, with three times the pods: what a pod adds.
-    let more = run(&sim_rt, &agents, first.n, pods * 3, idle.min(10));
+    let more = run_apart(first.n, pods * 3, idle.min(10));
     print_row(&more);
     let per_pod = (more.drain.requests - first.drain.requests)
         / ((more.pods_per_node - first.pods_per_node) as f64);

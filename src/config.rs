@@ -90,6 +90,9 @@ pub struct AgentArgs {
     /// grace, and let the shutdown go on.
     #[arg(long, default_value_t = 30.0)]
     pub api_unreachable_seconds: f64,
+    /// When planned drains may start (window, blocking pods).
+    #[command(flatten)]
+    pub policy: crate::policy::args::PolicyArgs,
 }
 
 /// The validated settings of one agent.
@@ -113,6 +116,8 @@ pub struct Config {
     pub medik8s: bool,
     /// Bounds on talking to the API server.
     pub api: ApiSettings,
+    /// When planned drains may start.
+    pub policy: crate::policy::Policy,
 }
 
 /// Bounds on talking to the API server.
@@ -252,7 +257,15 @@ impl AgentArgs {
             )?,
             stale_after: crate::index::STALE_AFTER,
         };
+        let policy = self
+            .policy
+            .into_policy()
+            .map_err(|e| ConfigError::Invalid {
+                name: e.name,
+                why: e.why,
+            })?;
         Ok(Config {
+            policy,
             api,
             medik8s: self.medik8s,
             reboot_slots: self.reboot_slots,
@@ -290,6 +303,7 @@ impl Config {
             reboot_slots: 1,
             medik8s: false,
             api: ApiSettings::default(),
+            policy: crate::policy::Policy::default(),
         }
     }
 }

@@ -46,6 +46,10 @@ pub mod kind {
     pub const FAILED_LOCK: &str = "failed_lock";
     /// Undoing the drain or releasing the slot failed.
     pub const FAILED_UNLOCK: &str = "failed_unlock";
+    /// The agent's policy holds planned drains back now (outside the
+    /// maintenance window, a blocking pod runs, an alert fires); `value`
+    /// says which and until when.
+    pub const POLICY: &str = "failed_lock_policy";
 }
 
 /// The `client_params` of a request.
@@ -161,6 +165,11 @@ pub trait DrainControl: Send + Sync {
     ) -> impl Future<Output = Result<DrainState, String>> + Send;
     /// Ends the FleetLock drain request: untaint, uncordon, restore.
     fn undo(&self) -> impl Future<Output = Result<(), String>> + Send;
+    /// Why a planned drain may not start now (the agent's policy), if
+    /// anything holds it back. Asked before a slot is taken.
+    fn hold(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Picks the slots for a request's group (the lead maps a control-plane node
@@ -201,6 +210,10 @@ impl<D: DrainControl> FleetLock<D> {
             .as_ref()
             .is_some_and(|g| g.group() == slots.group() && g.still_held());
         if !keep {
+            // Nothing is taken while the policy says no.
+            if let Some(why) = self.drain.hold() {
+                return Reply::new(409, kind::POLICY, why);
+            }
             if let Some(old) = held.take() {
                 // A lost slot, or one of another group: give it back first.
                 let _ = old.release().await;

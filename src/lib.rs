@@ -15,6 +15,7 @@ pub mod inhibitor;
 pub mod logind;
 pub mod metrics;
 pub mod plan_cmd;
+pub mod policy;
 pub mod preflight;
 pub mod report;
 pub mod sim;

@@ -49,7 +49,7 @@ enum Command {
     /// Run the agent for this node (the DaemonSet entrypoint).
     Run {
         #[command(flatten)]
-        agent: AgentArgs,
+        agent: Box<AgentArgs>,
         /// Kubeconfig to use; default: KUBECONFIG, ~/.kube/config, or the
         /// in-cluster service account.
         #[arg(long)]

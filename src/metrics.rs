@@ -47,6 +47,9 @@ pub struct Metrics {
     /// NodeMaintenance status writes, counted by the status reporter
     /// (`report/`).
     pub status_writes: Counter,
+    /// 1 for what a planned drain waits for now (window, blocking_pods,
+    /// alerts, slot), 0 for the others.
+    pub waiting: Family<Labels, Gauge>,
     started: Mutex<Option<Instant>>,
 }
 
@@ -102,6 +105,17 @@ impl Metrics {
             "NodeMaintenance status writes made by this agent",
             status_writes.clone(),
         );
+        let waiting = Family::<Labels, Gauge>::default();
+        registry.register(
+            "maintd_planned_drain_waiting",
+            "Whether a planned drain of this node waits (1) for this reason: window, blocking_pods, alerts or slot",
+            waiting.clone(),
+        );
+        for kind in crate::policy::HoldKind::ALL {
+            waiting
+                .get_or_create(&vec![("reason".into(), kind.label().into())])
+                .set(0);
+        }
         let build_info = Family::<Labels, Gauge>::default();
         build_info
             .get_or_create(&vec![(
@@ -127,6 +141,7 @@ impl Metrics {
             inhibitor_held,
             inhibit_delay_budget,
             status_writes,
+            waiting,
             started: Mutex::new(None),
         })
     }
@@ -183,6 +198,11 @@ impl Metrics {
     /// older plan are dropped so they do not linger as stale series.
     fn set_remaining(&self, progress: &Progress) {
         let st = progress.status();
+        for kind in crate::policy::HoldKind::ALL {
+            self.waiting
+                .get_or_create(&vec![("reason".into(), kind.label().into())])
+                .set(i64::from(st.waiting_for == Some(kind)));
+        }
         self.pods_remaining.clear();
         for s in &st.stages {
             let left = s.pods.iter().filter(|p| p.state != PodState::Gone).count();

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Agent;
 use crate::coordination::{
-    DEFAULT_LEASE_DURATION, RebootSlots, SlotGuard, groups_held_by, wait_for_slot,
+    DEFAULT_LEASE_DURATION, RebootSlots, SlotGuard, SlotRequest, groups_held_by, wait_for_slot,
 };
 use crate::drain::progress::{Phase, Progress};
 use crate::fleetlock::{DrainControl, DrainState, FleetLock};
@@ -21,6 +21,8 @@ use crate::trigger::local::LocalRequests;
 pub struct AgentDrain {
     local: LocalRequests,
     progress: Progress,
+    /// The policy's hold, as the agent sees it now.
+    agent: Agent,
 }
 
 const PREFIX: &str = "fleetlock: ";
@@ -64,6 +66,19 @@ impl DrainControl for AgentDrain {
         })
     }
 
+    fn hold(&self) -> Option<String> {
+        let pods = self.agent.drainer.pods.all();
+        let hold = self
+            .agent
+            .config
+            .policy
+            .hold(&pods, jiff::Timestamp::now())?;
+        Some(match hold.until {
+            Some(t) => format!("{} (retry after {t})", hold.reason),
+            None => hold.reason,
+        })
+    }
+
     async fn undo(&self) -> Result<(), String> {
         if self
             .local
@@ -102,6 +117,7 @@ impl Agent {
         let drain = AgentDrain {
             local: self.local.clone(),
             progress: self.drainer.progress.clone(),
+            agent: self.clone(),
         };
         let fl = Arc::new(FleetLock::new(
             &self.config.node,
@@ -150,6 +166,7 @@ impl Agent {
         &self,
         ask: &SlotAsk,
         stop: &CancellationToken,
+        cancel: CancellationToken,
     ) -> tokio::task::JoinHandle<Option<SlotGuard>> {
         let (client, namespace, node) = self.slot_context();
         let slots = RebootSlots::for_node(
@@ -160,17 +177,21 @@ impl Agent {
             ask.max,
             DEFAULT_LEASE_DURATION,
         );
-        let progress = self.progress().clone();
+        let agent = self.clone();
         let report = Arc::new(move |why: String| {
-            progress.update(|st| st.waiting = Some(why));
+            agent.say_waiting(Some((crate::policy::HoldKind::Slot, why)));
         });
+        let request = SlotRequest {
+            slots,
+            node: self.config.node.clone(),
+            what: ask.what.clone(),
+        };
         tokio::spawn(wait_for_slot(
             client,
-            slots,
-            self.config.node.clone(),
-            ask.what.clone(),
+            request,
             self.watch_guard(),
             stop.child_token(),
+            cancel,
             report,
         ))
     }

@@ -23,6 +23,7 @@ use crate::trigger::maintenance::MaintenanceTrigger;
 mod fleet;
 pub use fleet::AgentDrain;
 mod medik8s;
+mod planned;
 mod reconcile;
 mod shutdown;
 mod undo;
@@ -130,6 +131,7 @@ impl Agent {
             if source.starts_with(trigger::FLEETLOCK_PREFIX) {
                 d.urgent = true;
             } else {
+                d.policy = true;
                 d.slot_asks.push(trigger::SlotAsk {
                     group: crate::coordination::DEFAULT_GROUP.into(),
                     max: self.config.reboot_slots,

@@ -45,9 +45,9 @@ pub(super) struct Reconciler {
     pub(super) running: Option<Running>,
     undo: Option<JoinHandle<()>>,
     /// The slot this node holds for a planned drain, and what asked for it.
-    slot: Option<(SlotAsk, SlotGuard)>,
+    pub(super) slot: Option<(SlotAsk, SlotGuard)>,
     /// Waiting for a slot (see coordination's waiter), and for what.
-    slot_taking: Option<(SlotAsk, JoinHandle<Option<SlotGuard>>)>,
+    pub(super) slot_taking: Option<super::planned::SlotWait>,
     medik8s_release: Option<JoinHandle<bool>>,
     release_retry: Option<Instant>,
     warned_value: Option<String>,
@@ -57,6 +57,8 @@ pub(super) struct Reconciler {
     pub(super) probe_not_before: Option<Instant>,
     /// When the agent started: the API "last answered" then, at the latest.
     pub(super) started: Instant,
+    /// What the policy holds a planned drain back with, if anything.
+    pub(super) hold: Option<crate::policy::Hold>,
 }
 
 /// What woke the loop.
@@ -104,6 +106,7 @@ impl Reconciler {
             probe: None,
             probe_not_before: None,
             started: Instant::now(),
+            hold: None,
         }
     }
 
@@ -121,11 +124,15 @@ impl Reconciler {
             self.shutdown_step().await;
             self.judge(&stop);
             self.medik8s_step();
-            let timer = [self.release_retry, self.shutdown_timer()]
+            let timer = [self.release_retry, self.shutdown_timer(), self.hold_until()]
                 .into_iter()
                 .flatten()
                 .min();
             let shutting_down = self.shutdown_pending();
+            let held_by_pods = self
+                .hold
+                .as_ref()
+                .is_some_and(|h| h.kind == crate::policy::HoldKind::BlockingPods);
             let Reconciler {
                 shutdown,
                 undo,
@@ -138,8 +145,8 @@ impl Reconciler {
                 _ = sleep_until(timer) => Wake::Look,
                 r = node_changes.changed() => if r.is_err() { return } else { Wake::Look },
                 // Pods matter to the loop only while a shutdown waits for
-                // the node to be drained.
-                _ = pod_changes.changed(), if shutting_down => Wake::Look,
+                // the node to be drained, or blocking pods hold a drain.
+                _ = pod_changes.changed(), if shutting_down || held_by_pods => Wake::Look,
                 // The sender lives in the agent, so this never closes.
                 _ = local_changes.changed() => Wake::Look,
                 _ = maintenance_changes.changed() => Wake::Look,
@@ -161,7 +168,7 @@ impl Reconciler {
                 _ = finished(undo) => Wake::Look,
                 r = async {
                     match slot_taking.as_mut() {
-                        Some((_, t)) => t.await.ok().flatten(),
+                        Some(w) => (&mut w.task).await.ok().flatten(),
                         None => std::future::pending().await,
                     }
                 } => Wake::Slot(r.map(Box::new)),
@@ -198,9 +205,12 @@ impl Reconciler {
         let shutdown = self.shutdown.as_ref().and_then(ShutdownTrigger::active);
         let mut desired = agent.desired(shutdown);
         agent.publish_triggers(&desired);
-        // A planned drain waits for its slot; a reboot slot goes back when
-        // the request does, a drain slot once the node is drained.
-        desired = self.slot_step(desired, stop);
+        // A planned drain waits for the policy, then for its slot; a
+        // reboot slot goes back when the request does, a drain slot once
+        // the node is drained.
+        let (waited, hold) = self.policy_step(desired);
+        desired = self.slot_step(waited, hold.is_some(), stop);
+        self.hold = hold;
         if let Some(node) = agent.node.by_name(&agent.config.node)
             && let Some(t) = trigger::taint::find(&node, &agent.config.drain_taints)
             && let Some(w) = t.odd_value_warning()
@@ -264,94 +274,6 @@ impl Reconciler {
         }
         let (a, s) = (self.agent.clone(), stop.clone());
         self.undo = Some(tokio::spawn(async move { a.undo_until_done(&s).await }));
-    }
-
-    /// The slot wait ended: the slot is ours (the next look starts the
-    /// drain), or the wait was stopped.
-    fn on_slot(&mut self, got: Option<Box<SlotGuard>>) {
-        let Some((ask, _)) = self.slot_taking.take() else {
-            return;
-        };
-        if let Some(guard) = got {
-            self.slot = Some((ask, *guard));
-            self.stop_waiting();
-        }
-    }
-
-    /// The status no longer says the drain waits for a slot.
-    fn stop_waiting(&self) {
-        let p = self.agent.progress();
-        if p.status().waiting.is_some() {
-            p.update(|st| st.waiting = None);
-        }
-    }
-
-    /// Holds, waits for or gives back the slot `desired` asks for, and
-    /// returns what may happen meanwhile.
-    fn slot_step(&mut self, desired: Desired, stop: &CancellationToken) -> Desired {
-        let ask = desired.slot().cloned();
-        // A drain slot is needed only while there is something to evict:
-        // once drained, it goes to the next node.
-        let ask = ask.filter(|a| !a.release_when_drained || self.something_to_evict(&desired));
-        if self
-            .slot
-            .as_ref()
-            .is_some_and(|(held, _)| Some(held) != ask.as_ref())
-        {
-            self.give_back_slot();
-        }
-        if self
-            .slot_taking
-            .as_ref()
-            .is_some_and(|(waiting, _)| Some(waiting) != ask.as_ref())
-            && let Some((_, t)) = self.slot_taking.take()
-        {
-            t.abort();
-        }
-        let Some(ask) = ask else {
-            self.stop_waiting();
-            return desired;
-        };
-        if self.slot.is_some() {
-            return desired;
-        }
-        if self.slot_taking.is_none() {
-            let task = self.agent.wait_for_slot(&ask, stop);
-            self.slot_taking = Some((ask.clone(), task));
-        }
-        desired.while_waiting(&ask)
-    }
-
-    /// Whether the node has pods the drain would still evict (true until
-    /// its pods are known).
-    fn something_to_evict(&self, desired: &Desired) -> bool {
-        let agent = &self.agent;
-        if !agent.drainer.pods.synced() {
-            return true;
-        }
-        if agent.progress().status().phase == crate::drain::progress::Phase::Drained
-            && self.running.as_ref().is_some_and(|r| r.desired.evict)
-        {
-            return false;
-        }
-        agent
-            .drainer
-            .plan(&agent.options(desired))
-            .stages
-            .iter()
-            .any(|s| !s.pods.is_empty())
-    }
-
-    /// Gives back the slot this node holds, in the background.
-    fn give_back_slot(&mut self) {
-        if let Some((_, guard)) = self.slot.take() {
-            let a = self.agent.clone();
-            tokio::spawn(async move {
-                if let Err(e) = guard.release().await {
-                    a.warn(format!("giving back the reboot slot: {e}"));
-                }
-            });
-        }
     }
 
     /// A medik8s object being deleted waits on its operator's finalizer;

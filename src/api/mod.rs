@@ -86,6 +86,12 @@ pub struct NodeMaintenanceSpec {
     /// once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrent_drains: Option<i32>,
+    /// A planned maintenance: each selected node waits for its agent's
+    /// policy before it evicts (the maintenance window, blocking pods,
+    /// alerts), as a local `maintd drain` does. Unset: the nodes drain
+    /// when the stage says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub planned: bool,
 }
 
 /// What the agents report, as aggregates (KEP-4212: per-node detail lives

@@ -22,6 +22,9 @@ pub struct Effective {
     /// object at the winning stage limits its drains: one that does not
     /// asks for the drain now.
     pub drain_slots: Option<(String, u32)>,
+    /// Every object at the winning stage is `planned`: the drain waits for
+    /// the agent's policy.
+    pub planned: bool,
     /// Names of the objects at that stage, oldest first: the first one
     /// supplies the plan.
     pub from: Vec<String>,
@@ -124,6 +127,7 @@ pub fn effective<'a>(
                     u32::try_from(max).unwrap_or(1),
                 )
             }),
+        planned: candidates.iter().all(|nm| nm.spec.planned),
         reason: first.spec.reason.clone(),
         from: candidates
             .iter()

@@ -30,7 +30,7 @@ pub use guard::SlotGuard;
 pub use lease::{GROUP_LABEL, slot_name};
 pub use quorum::{CONTROL_PLANE_LABEL, is_control_plane, is_ready, not_ready_peers, quorum_guard};
 pub use slots::{RebootSlots, groups_held_by};
-pub use waiter::{Availability, availability, wait_for_slot};
+pub use waiter::{Availability, SlotRequest, availability, wait_for_slot};
 
 /// The group every control-plane node uses, with one holder.
 pub const CONTROL_PLANE_GROUP: &str = "control-plane";

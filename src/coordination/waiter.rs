@@ -103,20 +103,30 @@ fn waiting_message(slots: &RebootSlots, what: &str, holders: &[Holder]) -> Strin
     )
 }
 
+/// A slot to wait for: of these slots, for this node, named so in the
+/// status ("a reboot slot").
+pub struct SlotRequest {
+    pub slots: RebootSlots,
+    pub node: String,
+    pub what: String,
+}
+
 /// Waits until `node` holds a slot of `slots`, and returns its guard (the
-/// slot renewed until released). `what` names the slot for the status
-/// ("a reboot slot", "a drain slot of NodeMaintenance x"); `report` is told
-/// why the node still waits each time that changes. None when `stop` fires.
+/// slot renewed until released, or until `stop`). `what` names the slot for
+/// the status ("a reboot slot", "a drain slot of NodeMaintenance x");
+/// `report` is told why the node still waits each time that changes. None
+/// once `cancel` fires, but never in the middle of taking a slot: a slot
+/// taken then is returned, for the caller to give back.
 pub async fn wait_for_slot(
     client: kube::Client,
-    slots: RebootSlots,
-    node: String,
-    what: String,
+    request: SlotRequest,
     guard: WatchGuard,
     stop: CancellationToken,
+    cancel: CancellationToken,
     report: Arc<dyn Fn(String) + Send + Sync>,
 ) -> Option<SlotGuard> {
-    let watching = stop.child_token();
+    let SlotRequest { slots, node, what } = request;
+    let watching = cancel.child_token();
     let views: Vec<Index> = slots
         .candidates(&node)
         .into_iter()
@@ -147,36 +157,32 @@ pub async fn wait_for_slot(
             // A random pause: of the nodes that saw the slot open, most
             // see it taken by the first before their own pause ends.
             let pause = MAX_PAUSE.mul_f64(rand::random::<f64>());
-            if sleep_or_stop(pause, &stop).await {
+            if sleep_or_stop(pause, &cancel).await {
                 return None;
             }
             let now_view = availability(&slots, &leases(&views), &node, Timestamp::now());
             if !now_view.open {
                 continue;
             }
-            let attempt = tokio::time::timeout(
-                Duration::from_secs(10),
-                slots.acquire_with_renewal(&node, stop.child_token()),
-            );
-            match attempt.await {
-                Ok(Ok(Acquisition::Acquired(g))) => return Some(g),
+            // Not raced against a timeout or the cancel: a write that took
+            // the slot must come back as a guard (each call is bounded by
+            // the client's own timeout), or the slot would stay held,
+            // unrenewed, until it expires.
+            match slots.acquire_with_renewal(&node, stop.child_token()).await {
+                Ok(Acquisition::Acquired(g)) => return Some(g),
                 // Lost the race: the watch shows the winner shortly.
-                Ok(Ok(Acquisition::Full { holders })) => {
+                Ok(Acquisition::Full { holders }) => {
                     tell(waiting_message(&slots, &what, &holders));
                 }
-                Ok(Ok(Acquisition::QuorumBlocked { not_ready })) => {
+                Ok(Acquisition::QuorumBlocked { not_ready }) => {
                     tell(format!(
                         "waiting for {what}: another control-plane node is NotReady ({}); a control-plane node does not start a planned drain then",
                         not_ready.join(", ")
                     ));
                     wait_until = Some(tokio::time::Instant::now() + QUORUM_RETRY);
                 }
-                Ok(Err(e)) => {
+                Err(e) => {
                     tell(format!("waiting for {what}: {e}"));
-                    wait_until = Some(tokio::time::Instant::now() + backoff.next_delay());
-                }
-                Err(_) => {
-                    tell(format!("waiting for {what}: taking the slot timed out"));
                     wait_until = Some(tokio::time::Instant::now() + backoff.next_delay());
                 }
             }
@@ -201,7 +207,7 @@ pub async fn wait_for_slot(
         tokio::select! {
             _ = changed => {}
             _ = sleep_until(wait_until) => {}
-            _ = stop.cancelled() => return None,
+            _ = cancel.cancelled() => return None,
         }
     }
 }

@@ -114,6 +114,9 @@ impl Narrator {
             | EventKind::DrainFailed => format!("{t:7.2}s  ! {}", ev.message),
             EventKind::DrainCompleted => format!("\n{t:7.2}s  node drained: {}", ev.message),
             EventKind::UndoStarted => format!("{t:7.2}s  maintenance over: undoing"),
+            EventKind::DrainWaiting if !ev.message.is_empty() => {
+                format!("{t:7.2}s  waiting: {}", ev.message)
+            }
             EventKind::NodeUnmarked => format!("{t:7.2}s  node: {}", ev.message),
             EventKind::StaticPodsRestored => format!("{t:7.2}s  static pods: {}", ev.message),
             EventKind::UndoCompleted => format!("{t:7.2}s  done: the node is back in service"),

@@ -192,6 +192,7 @@ impl Drainer {
                     triggers: std::mem::take(&mut st.triggers),
                     deadline: st.deadline.take(),
                     waiting: st.waiting.take(),
+                    waiting_for: st.waiting_for.take(),
                     ..Default::default()
                 };
                 st.phase = Phase::Cordoned;

@@ -49,6 +49,10 @@ pub enum EventKind {
     /// ran out with pods left); what is left goes down with the node.
     DrainFailed,
     DrainCancelled,
+    /// A planned drain waits for its turn: the message says for what (a
+    /// window, blocking pods, alerts, a slot); empty once it no longer
+    /// waits. Sent when what it waits for changes, not its every detail.
+    DrainWaiting,
     UndoStarted,
     NodeUnmarked,
     StaticPodsRestored,
@@ -72,6 +76,9 @@ pub struct DrainStatus {
     /// Why the drain has not started evicting yet, while it waits for its
     /// turn (a reboot slot, a NodeMaintenance's drain slot).
     pub waiting: Option<String>,
+    /// Which rule `waiting` is about (the metrics' label).
+    #[serde(skip)]
+    pub waiting_for: Option<crate::policy::HoldKind>,
     /// 1-based number of the stage running now.
     pub current_stage: Option<usize>,
     pub stages: Vec<StageStatus>,

@@ -66,16 +66,20 @@ pub fn contribute(effective: Option<&Effective>, desired: &mut Desired) {
     desired.sources.push(e.describe());
     if e.evict() {
         desired.evict = true;
-        match &e.drain_slots {
-            Some((name, max)) => desired.slot_asks.push(super::SlotAsk {
+        if let Some((name, max)) = &e.drain_slots {
+            desired.slot_asks.push(super::SlotAsk {
                 group: format!("nm-{name}"),
                 max: *max,
                 release_when_drained: true,
                 what: format!(
                     "a drain slot of NodeMaintenance {name} (at most {max} nodes drain at once)"
                 ),
-            }),
-            None => desired.urgent = true,
+            });
+        }
+        desired.policy |= e.planned;
+        // Neither planned nor limited: the admin asked for the drain now.
+        if e.drain_slots.is_none() && !e.planned {
+            desired.urgent = true;
         }
         if e.entries.is_some() {
             desired.entries = e.entries.clone();

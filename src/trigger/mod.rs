@@ -35,6 +35,10 @@ pub struct Desired {
     /// taint, a NodeMaintenance without a limit, medik8s, FleetLock (which
     /// took its slot itself).
     pub urgent: bool,
+    /// A planned trigger asks the drain to wait for the agent's policy
+    /// (window, blocking pods, alerts): a local drain, a NodeMaintenance
+    /// marked `planned`.
+    pub policy: bool,
 }
 
 /// A slot a planned drain must hold before it evicts.
@@ -70,16 +74,20 @@ impl Desired {
             .or(self.slot_asks.first())
     }
 
-    /// What may happen while the drain waits for `ask`: nothing of a
-    /// planned local drain (a node waiting its turn to reboot keeps
-    /// serving); a NodeMaintenance's node is cordoned, as its stage says,
-    /// and evicts nothing yet.
-    pub fn while_waiting(mut self, ask: &SlotAsk) -> Desired {
+    /// Whether the drain must wait for the agent's policy: every trigger
+    /// that evicts is a planned one that asks for it.
+    pub fn waits_for_policy(&self) -> bool {
+        self.evict && !self.urgent && self.policy
+    }
+
+    /// What may happen while a planned drain waits: nothing of a local
+    /// drain (a node waiting its turn to reboot keeps serving); a
+    /// NodeMaintenance's node is cordoned, as its stage says, and evicts
+    /// nothing yet.
+    pub fn while_waiting(mut self) -> Desired {
         self.evict = false;
-        if !ask.release_when_drained {
-            self.sources
-                .retain(|s| !s.starts_with(LOCAL_PREFIX) || s.starts_with(FLEETLOCK_PREFIX));
-        }
+        self.sources
+            .retain(|s| !s.starts_with(LOCAL_PREFIX) || s.starts_with(FLEETLOCK_PREFIX));
         self
     }
 

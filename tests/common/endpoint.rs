@@ -30,6 +30,15 @@ pub struct EndpointAgent {
 impl EndpointAgent {
     /// An agent for `node` with both listeners, once they answer.
     pub async fn start(sim: &SimCluster, node: &str) -> EndpointAgent {
+        Self::start_with(sim, node, |_| {}).await
+    }
+
+    /// The same, with settings changed by `edit`.
+    pub async fn start_with(
+        sim: &SimCluster,
+        node: &str,
+        edit: impl FnOnce(&mut Config),
+    ) -> EndpointAgent {
         let dir = sim
             .static_pod_dir(node)
             .unwrap_or_else(|| "/nonexistent/manifests".into());
@@ -48,6 +57,7 @@ impl EndpointAgent {
         let (readonly, local) = (free_port(), free_port());
         config.listen = Some(readonly);
         config.listen_local = Some(local);
+        edit(&mut config);
         let agent = Agent::new(config, sim.client_with(false));
         let progress = agent.progress().clone();
         let stop = CancellationToken::new();
@@ -98,8 +108,23 @@ impl EndpointAgent {
 /// returns the status code (0 when the connection failed or closed without
 /// an answer) and the body.
 pub async fn request(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    request_with_headers(addr, method, path, &[], body).await
+}
+
+/// The same, with more headers.
+pub async fn request_with_headers(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     let raw = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{body}",
         body.len()
     );
     send_raw(addr, raw.as_bytes()).await

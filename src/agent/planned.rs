@@ -1,0 +1,193 @@
+//! Planned drains wait their turn: first for the agent's policy (the
+//! maintenance window, blocking pods, alerts), then for the slot they ask
+//! for (a reboot slot, a NodeMaintenance's drain slot). Urgent triggers (a
+//! shutdown, a taint) wait for neither. What a drain waits for is in the
+//! status (`drain.waiting`), a Node Event when it changes, and a gauge.
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::Agent;
+use super::reconcile::Reconciler;
+use crate::coordination::SlotGuard;
+use crate::drain::progress::{EventKind, Phase};
+use crate::policy::{Hold, HoldKind};
+use crate::trigger::{Desired, SlotAsk};
+
+/// Waiting for a slot: the waiter task, and how to stop it.
+pub(super) struct SlotWait {
+    pub(super) ask: SlotAsk,
+    pub(super) task: JoinHandle<Option<SlotGuard>>,
+    cancel: CancellationToken,
+}
+
+impl SlotWait {
+    /// Stops waiting. A slot the waiter was taking at that moment still
+    /// comes back, and is given back at once, rather than staying held,
+    /// unrenewed, until it expires.
+    fn stop(self, agent: &Agent) {
+        self.cancel.cancel();
+        let a = agent.clone();
+        tokio::spawn(async move {
+            if let Ok(Some(guard)) = self.task.await
+                && let Err(e) = guard.release().await
+            {
+                a.warn(format!(
+                    "giving back a slot taken as the wait for it ended: {e}"
+                ));
+            }
+        });
+    }
+}
+
+impl Agent {
+    /// Says what a planned drain waits for (None: nothing). The status
+    /// follows every change of the words; an Event and the gauge follow a
+    /// change of what is waited for.
+    pub(super) fn say_waiting(&self, why: Option<(HoldKind, String)>) {
+        let p = self.progress();
+        let st = p.status();
+        let (kind, text) = match &why {
+            Some((k, t)) => (Some(*k), Some(t.clone())),
+            None => (None, None),
+        };
+        if st.waiting == text && st.waiting_for == kind {
+            return;
+        }
+        p.update(|st| {
+            st.waiting = text.clone();
+            st.waiting_for = kind;
+        });
+        if st.waiting_for != kind {
+            let mut ev = p.event(EventKind::DrainWaiting);
+            ev.message = text.unwrap_or_default();
+            p.emit(ev);
+        }
+    }
+}
+
+impl Reconciler {
+    /// The slot wait ended: the slot is ours (the next look starts the
+    /// drain), or the wait was stopped.
+    pub(super) fn on_slot(&mut self, got: Option<Box<SlotGuard>>) {
+        let Some(wait) = self.slot_taking.take() else {
+            return;
+        };
+        if let Some(guard) = got {
+            self.slot = Some((wait.ask, *guard));
+            self.agent.say_waiting(None);
+        }
+    }
+
+    /// Whether the drain `desired` asks for has already started evicting
+    /// (a planned drain that started goes on whatever the policy says now).
+    fn started(&self) -> bool {
+        self.slot.is_some() || self.running.as_ref().is_some_and(|r| r.desired.evict)
+    }
+
+    /// Holds back a planned drain the policy does not let start now: what
+    /// may happen meanwhile, and what holds it (for the loop's timer).
+    pub(super) fn policy_step(&mut self, desired: Desired) -> (Desired, Option<Hold>) {
+        if !desired.waits_for_policy() || self.started() {
+            return (desired, None);
+        }
+        let pods = self.agent.drainer.pods.all();
+        let Some(hold) = self.agent.config.policy.hold(&pods, jiff::Timestamp::now()) else {
+            return (desired, None);
+        };
+        // Nothing is taken while the policy says no: a slot being waited
+        // for goes back to the others.
+        if let Some(wait) = self.slot_taking.take() {
+            wait.stop(&self.agent);
+        }
+        self.agent
+            .say_waiting(Some((hold.kind, hold.reason.clone())));
+        (desired.while_waiting(), Some(hold))
+    }
+
+    /// Holds, waits for or gives back the slot `desired` asks for, and
+    /// returns what may happen meanwhile.
+    pub(super) fn slot_step(
+        &mut self,
+        desired: Desired,
+        held: bool,
+        stop: &CancellationToken,
+    ) -> Desired {
+        let ask = desired.slot().cloned();
+        // A drain slot is needed only while there is something to evict:
+        // once drained, it goes to the next node.
+        let ask = ask.filter(|a| !a.release_when_drained || self.something_to_evict(&desired));
+        if self
+            .slot
+            .as_ref()
+            .is_some_and(|(have, _)| Some(have) != ask.as_ref())
+        {
+            self.give_back_slot();
+        }
+        if self
+            .slot_taking
+            .as_ref()
+            .is_some_and(|w| Some(&w.ask) != ask.as_ref())
+            && let Some(wait) = self.slot_taking.take()
+        {
+            wait.stop(&self.agent);
+        }
+        let Some(ask) = ask else {
+            if !held {
+                self.agent.say_waiting(None);
+            }
+            return desired;
+        };
+        if self.slot.is_some() || held {
+            return desired;
+        }
+        if self.slot_taking.is_none() {
+            let cancel = stop.child_token();
+            let task = self.agent.wait_for_slot(&ask, stop, cancel.clone());
+            self.slot_taking = Some(SlotWait { ask, task, cancel });
+        }
+        desired.while_waiting()
+    }
+
+    /// Whether the node has pods the drain would still evict (true until
+    /// its pods are known).
+    fn something_to_evict(&self, desired: &Desired) -> bool {
+        let agent = &self.agent;
+        if !agent.drainer.pods.synced() {
+            return true;
+        }
+        if agent.progress().status().phase == Phase::Drained
+            && self.running.as_ref().is_some_and(|r| r.desired.evict)
+        {
+            return false;
+        }
+        agent
+            .drainer
+            .plan(&agent.options(desired))
+            .stages
+            .iter()
+            .any(|s| !s.pods.is_empty())
+    }
+
+    /// When the policy's hold passes by itself (the window opens), for the
+    /// loop's timer.
+    pub(super) fn hold_until(&self) -> Option<tokio::time::Instant> {
+        let until = self.hold.as_ref()?.until?;
+        let left = until.duration_since(jiff::Timestamp::now());
+        let left = std::time::Duration::try_from(left).unwrap_or_default();
+        // A moment late rather than early: the window must be open by then.
+        Some(tokio::time::Instant::now() + left + std::time::Duration::from_millis(200))
+    }
+
+    /// Gives back the slot this node holds, in the background.
+    pub(super) fn give_back_slot(&mut self) {
+        if let Some((_, guard)) = self.slot.take() {
+            let a = self.agent.clone();
+            tokio::spawn(async move {
+                if let Err(e) = guard.release().await {
+                    a.warn(format!("giving back the reboot slot: {e}"));
+                }
+            });
+        }
+    }
+}
