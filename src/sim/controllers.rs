@@ -18,14 +18,19 @@ use super::resources::Gr;
 use super::state::SimState;
 use super::store::{EventType, StoreEvent};
 use super::verbs::Writer;
+use serde_json::Value;
 
 mod daemonset;
+mod deployment;
 mod disruption;
 mod pods;
 mod replicaset;
 mod scheduler;
+mod statefulset;
 
+pub use deployment::HASH_LABEL;
 pub use scheduler::{fits, schedule, tolerates};
+pub use statefulset::REVISION_LABEL;
 
 /// Places a workload's first pods on this node (scenarios use it to load
 /// one node); replacements are scheduled normally.
@@ -43,8 +48,11 @@ type Key = (String, String);
 
 #[derive(Default)]
 struct Dirty {
+    nodes: BTreeSet<String>,
     daemonsets: BTreeSet<Key>,
     replicasets: BTreeSet<Key>,
+    statefulsets: BTreeSet<Key>,
+    deployments: BTreeSet<Key>,
     pdb_namespaces: BTreeSet<String>,
     schedule: bool,
     all: bool,
@@ -60,10 +68,19 @@ impl Dirty {
         if ev.gr == Gr::daemonsets() {
             self.daemonsets.insert(key);
         } else if ev.gr == Gr::replicasets() {
+            // A Deployment's status follows its ReplicaSets'.
+            if let Some(("Deployment", owner, _)) = meta::controller_of(obj) {
+                self.deployments.insert((key.0.clone(), owner.to_string()));
+            }
             self.replicasets.insert(key);
+        } else if ev.gr == Gr::statefulsets() {
+            self.statefulsets.insert(key);
+        } else if ev.gr == Gr::deployments() {
+            self.deployments.insert(key);
         } else if ev.gr == Gr::pdbs() {
             self.pdb_namespaces.insert(key.0);
         } else if ev.gr == Gr::nodes() {
+            self.nodes.insert(key.1);
             // A node change can make DaemonSet pods due and unblock pending pods.
             self.all = true;
         } else if ev.gr == Gr::pods() {
@@ -81,6 +98,10 @@ impl Dirty {
                     }
                     "ReplicaSet" => {
                         self.replicasets.insert(owner);
+                        self.schedule = true;
+                    }
+                    "StatefulSet" => {
+                        self.statefulsets.insert(owner);
                         self.schedule = true;
                     }
                     _ => {}
@@ -148,13 +169,17 @@ pub fn start(sim: Arc<SimState>, stop: CancellationToken) {
 fn reconcile(sim: &SimState, mut work: Dirty, placed: &mut HashSet<String>) -> BTreeSet<String> {
     if work.all {
         let store = sim.store();
-        for ds in store.list(&Gr::daemonsets(), None) {
-            work.daemonsets
-                .insert((meta::namespace(&ds).into(), meta::name(&ds).into()));
+        let key = |o: &Value| (meta::namespace(o).to_string(), meta::name(o).to_string());
+        for node in store.list(&Gr::nodes(), None) {
+            work.nodes.insert(meta::name(&node).into());
         }
-        for rs in store.list(&Gr::replicasets(), None) {
-            work.replicasets
-                .insert((meta::namespace(&rs).into(), meta::name(&rs).into()));
+        for (gr, set) in [
+            (Gr::daemonsets(), &mut work.daemonsets),
+            (Gr::replicasets(), &mut work.replicasets),
+            (Gr::statefulsets(), &mut work.statefulsets),
+            (Gr::deployments(), &mut work.deployments),
+        ] {
+            set.extend(store.list(&gr, None).iter().map(|o| key(o)));
         }
         for ns in store.list(&Gr::namespaces(), None) {
             work.pdb_namespaces.insert(meta::name(&ns).into());
@@ -165,8 +190,16 @@ fn reconcile(sim: &SimState, mut work: Dirty, placed: &mut HashSet<String>) -> B
     for (ns, name) in &work.daemonsets {
         daemonset::daemonset(sim, ns, name);
     }
+    // In the order of ownership: Deployments make ReplicaSets, which make
+    // pods.
+    for (ns, name) in &work.deployments {
+        deployment::deployment(sim, ns, name);
+    }
     for (ns, name) in &work.replicasets {
         replicaset::replicaset(sim, ns, name, placed);
+    }
+    for (ns, name) in &work.statefulsets {
+        statefulset::statefulset(sim, ns, name, placed);
     }
     if work.schedule {
         scheduler::bind_pending(sim);

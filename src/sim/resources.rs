@@ -39,6 +39,12 @@ impl Gr {
     pub fn replicasets() -> Self {
         Gr::new("apps", "replicasets")
     }
+    pub fn statefulsets() -> Self {
+        Gr::new("apps", "statefulsets")
+    }
+    pub fn deployments() -> Self {
+        Gr::new("apps", "deployments")
+    }
     pub fn crds() -> Self {
         Gr::new("apiextensions.k8s.io", "customresourcedefinitions")
     }
@@ -118,7 +124,16 @@ impl ResourceDef {
             namespaced,
             status_subresource: status,
             short_names: short.iter().map(|s| s.to_string()).collect(),
-            categories: if ["pods", "daemonsets", "replicasets"].contains(&plural) {
+            categories: if [
+                "pods",
+                "services",
+                "daemonsets",
+                "replicasets",
+                "deployments",
+                "statefulsets",
+            ]
+            .contains(&plural)
+            {
                 vec!["all".into()]
             } else {
                 vec![]
@@ -305,6 +320,15 @@ pub fn builtins() -> Vec<ResourceDef> {
             true,
             true,
             &["deploy"],
+        ),
+        d(
+            "apps",
+            "v1",
+            "statefulsets",
+            "StatefulSet",
+            true,
+            true,
+            &["sts"],
         ),
         d(
             "policy",
