@@ -238,6 +238,14 @@ async fn daemonset_pods_do_not_come_back_and_undo_keeps_an_admins_cordon() {
         taints.iter().all(|t| t.key != "maintd.io/draining"),
         "maintd's taint is gone"
     );
+    // The node lifecycle controller's taint of the admin's cordon is not
+    // maintd's to take.
+    assert!(
+        taints
+            .iter()
+            .any(|t| t.key == "node.kubernetes.io/unschedulable" && t.effect == "NoSchedule"),
+        "{taints:?}"
+    );
     assert!(
         !node
             .metadata

@@ -52,10 +52,28 @@ async fn kubectl_gets_applies_cordons_and_drains() {
     let pdbs = k.ok(&["get", "pdb", "-n", "default"]).await;
     assert!(pdbs.contains("from-kubectl"), "{pdbs}");
 
+    // A cordon brings the node lifecycle controller's taint; an uncordon
+    // takes it away.
+    let unschedulable_taint = |node: &serde_json::Value| {
+        node["spec"]["taints"].as_array().is_some_and(|ts| {
+            ts.iter().any(|t| {
+                t["key"] == "node.kubernetes.io/unschedulable" && t["effect"] == "NoSchedule"
+            })
+        })
+    };
     k.ok(&["cordon", "node-b"]).await;
     let b = k.json(&["get", "node", "node-b"]).await;
     assert_eq!(b["spec"]["unschedulable"], true);
+    let k_ref = &k;
+    common::eventually("node-b carries the unschedulable taint", || async move {
+        unschedulable_taint(&k_ref.json(&["get", "node", "node-b"]).await)
+    })
+    .await;
     k.ok(&["uncordon", "node-b"]).await;
+    common::eventually("node-b's unschedulable taint is gone", || async move {
+        !unschedulable_taint(&k_ref.json(&["get", "node", "node-b"]).await)
+    })
+    .await;
 
     let out = k
         .ok(&[

@@ -23,12 +23,14 @@ use serde_json::Value;
 mod daemonset;
 mod deployment;
 mod disruption;
+mod nodes;
 mod pods;
 mod replicaset;
 mod scheduler;
 mod statefulset;
 
 pub use deployment::HASH_LABEL;
+pub use nodes::{NOT_READY, NodeHealth, UNREACHABLE, UNSCHEDULABLE, set_node_health};
 pub use scheduler::{fits, schedule, tolerates};
 pub use statefulset::REVISION_LABEL;
 
@@ -186,6 +188,10 @@ fn reconcile(sim: &SimState, mut work: Dirty, placed: &mut HashSet<String>) -> B
         }
         drop(store);
         work.schedule = true;
+    }
+    // Taints first: they decide where the others' pods may go.
+    for name in &work.nodes {
+        nodes::node_taints(sim, name);
     }
     for (ns, name) in &work.daemonsets {
         daemonset::daemonset(sim, ns, name);
