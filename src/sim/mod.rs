@@ -27,6 +27,7 @@ pub mod server;
 pub mod state;
 pub mod store;
 pub mod table;
+pub mod typecheck;
 pub mod validate;
 pub mod verbs;
 pub mod watch;

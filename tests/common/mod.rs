@@ -159,7 +159,7 @@ pub async fn taint(client: &kube::Client, node: &str, key: &str, value: Option<&
 }
 
 /// Creates a pod from raw JSON, as any client could send it (fields a typed
-/// client would refuse included); the API must accept it.
+/// client does not know included); the API must accept it.
 pub async fn post_pod(sim: &SimCluster, pod: &Value) {
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or("default");
     let (code, body) = raw(
