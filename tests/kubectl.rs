@@ -106,3 +106,45 @@ async fn kubectl_gets_applies_cordons_and_drains() {
         );
     }
 }
+
+/// A Deployment applied with kubectl rolls out, and kubectl says so.
+/// (`kubectl create deployment` sends protobuf, which the simulator does
+/// not speak yet; `apply` sends JSON.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_a_deployment_and_watches_it_roll_out() {
+    let sim = SimCluster::start(SimConfig::default()).await.unwrap();
+    let k = Kubectl::new(&sim);
+    for node in ["node-a", "node-b"] {
+        let yaml = format!("apiVersion: v1\nkind: Node\nmetadata:\n  name: {node}\n");
+        k.apply_yaml(&yaml).await;
+    }
+    let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\n  labels:\n    app: web\nspec:\n  replicas: 3\n  selector:\n    matchLabels:\n      app: web\n  template:\n    metadata:\n      labels:\n        app: web\n    spec:\n      containers:\n      - name: nginx\n        image: nginx\n";
+    let applied = k.apply_yaml(deployment).await;
+    assert!(applied.contains("deployment.apps/web created"), "{applied}");
+    let out = k
+        .ok(&["rollout", "status", "deployment/web", "--timeout=60s"])
+        .await;
+    assert!(
+        out.contains("deployment \"web\" successfully rolled out"),
+        "{out}"
+    );
+    let table = k.ok(&["get", "deploy"]).await;
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"],
+        "{table}"
+    );
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(&row[..4], ["web", "3/3", "3", "3"], "{table}");
+    let rs = k.json(&["get", "rs", "-l", "app=web"]).await;
+    let items = rs["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{rs}");
+    assert_eq!(
+        items[0]["metadata"]["ownerReferences"][0]["kind"],
+        "Deployment"
+    );
+    let pods = k.ok(&["get", "pods", "-l", "app=web", "-o", "name"]).await;
+    assert_eq!(pods.lines().count(), 3, "{pods}");
+}
