@@ -465,6 +465,7 @@ fn commit(
             }
         }
     }
+    validate::default_workload(def, &mut new);
     if spec_changed(old, &new) {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
         new["metadata"]["generation"] = json!(generation + 1);

@@ -6,10 +6,14 @@
 //! waits by name (kured's "drain stuck on a fixed-name pod") mistakes for the
 //! one it evicted.
 //!
+//! A changed template rolls out as upstream's RollingUpdate does (highest
+//! ordinal first, one pod at a time, down to `partition`); with `OnDelete`
+//! only pods made after the change get it.
+//!
 //! Differences from upstream, on purpose: no ControllerRevision objects
-//! (the revision is named from the template's hash), no PersistentVolumeClaims,
-//! and no rolling update of a changed template — a pod made after the change
-//! gets the new template, as with `updateStrategy: OnDelete`.
+//! (the revision is named from the template's hash), no
+//! PersistentVolumeClaims, no `maxUnavailable` for rolling updates and no
+//! `minReadySeconds`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -119,26 +123,52 @@ pub(super) fn statefulset(sim: &SimState, ns: &str, name: &str, placed: &mut Has
     }
 
     // Pods beyond the count, highest ordinal first; in order only once the
-    // replicas are all healthy, one at a time.
+    // replicas are all healthy, one at a time. An ordered set that waits
+    // for anything here goes no further this pass.
     let condemned: Vec<&Arc<Value>> = pods
         .iter()
         .filter(|(o, _)| **o < start || **o >= start + replicas)
         .map(|(_, p)| p)
         .rev()
         .collect();
+    let mut waiting = ordered && !all_healthy;
     for pod in condemned {
-        if ordered && !all_healthy {
-            break;
-        }
-        if meta::is_terminating(pod) {
-            if ordered {
+        if ordered {
+            waiting = true;
+            if !all_healthy || meta::is_terminating(pod) {
                 break;
             }
+        } else if meta::is_terminating(pod) {
             continue;
         }
         delete(pod);
         if ordered {
             break;
+        }
+    }
+
+    // A rolling update: the highest-ordinal pod of an old revision goes
+    // (and comes back from the new template), once every pod above it is
+    // healthy; `partition` keeps the lower ordinals as they are.
+    let strategy = &spec["updateStrategy"];
+    if !waiting && strategy["type"].as_str().unwrap_or("RollingUpdate") == "RollingUpdate" {
+        let partition = strategy["rollingUpdate"]["partition"]
+            .as_i64()
+            .unwrap_or(0)
+            .max(0);
+        for ord in (start + partition..start + replicas).rev() {
+            let Some(pod) = pods.get(&ord) else {
+                break;
+            };
+            if meta::label(pod, REVISION_LABEL) != Some(revision.as_str())
+                && !meta::is_terminating(pod)
+            {
+                delete(pod);
+                break;
+            }
+            if meta::is_terminating(pod) || !running_and_ready(pod) {
+                break;
+            }
         }
     }
 
