@@ -107,11 +107,12 @@ async fn kubectl_gets_applies_cordons_and_drains() {
     }
 }
 
-/// A Deployment applied with kubectl rolls out, and kubectl says so.
+/// A Deployment and a StatefulSet applied with kubectl roll out, and
+/// kubectl says so.
 /// (`kubectl create deployment` sends protobuf, which the simulator does
 /// not speak yet; `apply` sends JSON.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_applies_a_deployment_and_watches_it_roll_out() {
+async fn kubectl_applies_workloads_and_watches_them_roll_out() {
     let sim = SimCluster::start(SimConfig::default()).await.unwrap();
     let k = Kubectl::new(&sim);
     for node in ["node-a", "node-b"] {
@@ -147,4 +148,28 @@ async fn kubectl_applies_a_deployment_and_watches_it_roll_out() {
     );
     let pods = k.ok(&["get", "pods", "-l", "app=web", "-o", "name"]).await;
     assert_eq!(pods.lines().count(), 3, "{pods}");
+
+    // A StatefulSet too: its pods by ordinal, its rollout watched.
+    let statefulset = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: db\n  namespace: default\nspec:\n  replicas: 2\n  serviceName: db\n  selector:\n    matchLabels:\n      app: db\n  template:\n    metadata:\n      labels:\n        app: db\n    spec:\n      containers:\n      - name: db\n        image: postgres\n";
+    k.apply_yaml(statefulset).await;
+    let out = k
+        .ok(&["rollout", "status", "statefulset/db", "--timeout=60s"])
+        .await;
+    assert!(
+        out.contains("partitioned roll out complete") || out.contains("rolling update complete"),
+        "{out}"
+    );
+    let sts = k.ok(&["get", "sts", "db"]).await;
+    assert!(
+        sts.lines()
+            .nth(1)
+            .is_some_and(|l| l.split_whitespace().nth(1) == Some("2/2")),
+        "{sts}"
+    );
+    let pods = k.ok(&["get", "pods", "-l", "app=db", "-o", "name"]).await;
+    assert_eq!(
+        pods.lines().collect::<Vec<_>>(),
+        ["pod/db-0", "pod/db-1"],
+        "{pods}"
+    );
 }
