@@ -14,6 +14,7 @@ use super::resources::Gr;
 use super::select::selector_object_matches;
 use super::state::SimState;
 use super::store::Store;
+use super::typecheck;
 use super::verbs::{self, DeleteOptions, Part, Writer};
 
 /// How often an eviction that lost a race for its budget's status reads it
@@ -54,6 +55,7 @@ pub fn evict(sim: &SimState, ns: &str, name: &str, body: &Value) -> Result<(), A
     if !body.is_object() {
         return Err(ApiError::bad_request("the Eviction must be a JSON object"));
     }
+    typecheck::on_eviction(body)?;
     if let Some(n) = body["metadata"]["name"].as_str()
         && n != name
     {

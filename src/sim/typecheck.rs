@@ -180,6 +180,17 @@ pub fn on_apply(def: &ResourceDef, ns: &str, name: &str, patch: &Value) -> Resul
     })
 }
 
+/// The body of a `pods/eviction` request, decoded as an Eviction (400 if
+/// it does not fit, as for any body).
+pub fn on_eviction(body: &Value) -> Result<(), ApiError> {
+    decode::<policy::v1::Eviction>(body).map_err(|m| {
+        ApiError::bad_request(format!(
+            "Eviction in version \"v1\" cannot be handled as a Eviction: {}",
+            m.json_message()
+        ))
+    })
+}
+
 fn decode<T>(obj: &Value) -> Result<(), Mismatch>
 where
     T: for<'de> Deserialize<'de> + schemars::JsonSchema,

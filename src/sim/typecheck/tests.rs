@@ -136,3 +136,18 @@ fn server_side_apply_words_it_its_own_way() {
         ".spec.containers[0].image: expected string, got number"
     );
 }
+
+#[test]
+fn an_eviction_body_is_checked_too() {
+    let body = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p"},
+        "deleteOptions": {"gracePeriodSeconds": "soon"}});
+    let err = on_eviction(&body).unwrap_err();
+    assert_eq!(
+        (err.code, err.message.as_str()),
+        (
+            400,
+            "Eviction in version \"v1\" cannot be handled as a Eviction: json: cannot unmarshal string into Go struct field DeleteOptions.deleteOptions.gracePeriodSeconds of type int64"
+        )
+    );
+    assert_eq!(on_eviction(&json!({"metadata": {"name": "p"}})), Ok(()));
+}
