@@ -96,6 +96,15 @@ async fn statefulset_pods_drain_one_at_a_time_and_come_back_by_name_on_the_other
     taint(&client, "node-a", "maintd.io/drain", Some("x")).await;
     agent.wait_event(EventKind::DrainCompleted).await;
 
+    // The last pod's namesake is made just after the drain saw it go.
+    eventually("both pods are back", || {
+        let pods = pods.clone();
+        async move {
+            let items = pods.list(&Default::default()).await.unwrap().items;
+            items.len() == 2 && items.iter().all(is_ready)
+        }
+    })
+    .await;
     for (name, old_uid) in &originals {
         let p = pods.get(name).await.unwrap();
         assert_ne!(

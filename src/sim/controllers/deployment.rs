@@ -8,7 +8,9 @@
 //!
 //! Differences from upstream: no progress deadline (a rollout never times
 //! out), no pause, no `minReadySeconds` (ready is available), no
-//! `collisionCount` handling, and the template hash is the simulator's own.
+//! `collisionCount` handling, no proportional scaling of a rollout whose
+//! replicas change midway, a rollback reuses the old set without giving it
+//! a new revision, and the template hash is the simulator's own.
 
 use std::sync::Arc;
 
@@ -101,7 +103,7 @@ pub(super) fn deployment(sim: &SimState, ns: &str, name: &str) {
     let (surge, unavailable) = fenceposts(&d, want);
     let recreate = d["spec"]["strategy"]["type"] == "Recreate";
     let new_name = format!("{name}-{}", template_hash(&d["spec"]["template"]));
-    let (mut new, mut old) = owned_sets(sim, &d, &new_name);
+    let (mut new, old) = owned_sets(sim, &d, &new_name);
     let old_total: i64 = old.iter().map(|rs| replicas(rs)).sum();
 
     let created = new.is_none();
@@ -140,7 +142,7 @@ pub(super) fn deployment(sim: &SimState, ns: &str, name: &str) {
     } else if old_total == 0 {
         scale(sim, &new_rs, want, want, surge);
     } else {
-        roll(sim, &new_rs, &mut old, want, surge, unavailable);
+        roll(sim, &new_rs, &old, want, surge, unavailable);
     }
 
     let revision = revision_of(&new_rs).to_string();
@@ -235,14 +237,7 @@ fn create_set(
 /// A rolling update step, as upstream's `rolloutRolling`: scale the new set
 /// up within maxSurge; if it did not grow, scale the old ones down within
 /// maxUnavailable (unhealthy old pods first).
-fn roll(
-    sim: &SimState,
-    new: &Value,
-    old: &mut [Arc<Value>],
-    want: i64,
-    surge: i64,
-    unavailable: i64,
-) {
+fn roll(sim: &SimState, new: &Value, old: &[Arc<Value>], want: i64, surge: i64, unavailable: i64) {
     let new_spec = replicas(new);
     let old_spec: i64 = old.iter().map(|rs| replicas(rs)).sum();
     let total = new_spec + old_spec;
