@@ -238,6 +238,14 @@ async fn daemonset_pods_do_not_come_back_and_undo_keeps_an_admins_cordon() {
         taints.iter().all(|t| t.key != "maintd.io/draining"),
         "maintd's taint is gone"
     );
+    // The node lifecycle controller's taint of the admin's cordon is not
+    // maintd's to take.
+    assert!(
+        taints
+            .iter()
+            .any(|t| t.key == "node.kubernetes.io/unschedulable" && t.effect == "NoSchedule"),
+        "{taints:?}"
+    );
     assert!(
         !node
             .metadata
@@ -290,16 +298,25 @@ async fn static_manifests_are_stashed_and_restored_byte_for_byte() {
     agent.stop().await;
 }
 
+/// Pods a real API server accepts but the agent must read with care: an
+/// opt-out with the wrong value (drained, and said so), an owner of a kind
+/// the agent does not know (drained like any controlled pod). And a static
+/// pod directory that is not there: the mirror pod is a named blocker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_pods_and_a_missing_manifest_dir_are_reported_and_the_rest_drains() {
+async fn odd_pods_and_a_missing_manifest_dir_are_reported_and_the_rest_drains() {
     let sim = scenario("small.yaml").await;
     let client = sim.client();
-    // Pods whose JSON a typed client could not even read.
     for (name, extra) in [
-        ("bad-priority", json!({"spec": {"priority": "high"}})),
         (
-            "bad-owner",
-            json!({"metadata": {"ownerReferences": "not-a-list"}}),
+            "odd-optout",
+            json!({"metadata": {"annotations": {"maintd.io/drain": "Skip"}}}),
+        ),
+        (
+            "widget-owned",
+            json!({"metadata": {"ownerReferences": [{
+                "apiVersion": "example.com/v1", "kind": "Widget", "name": "w",
+                "uid": "7f0c1a52-0d7e-4b8e-9a55-0c2b5d1f9e01", "controller": true,
+            }]}}),
         ),
     ] {
         let mut pod = pod_json("default", name, "node-a", json!({}));
@@ -312,23 +329,14 @@ async fn malformed_pods_and_a_missing_manifest_dir_are_reported_and_the_rest_dra
         Some("/nonexistent/maintd-test/manifests".into()),
     );
     taint(&client, "node-a", "maintd.io/drain", Some("x")).await;
-    // Everything but the static pod drains; the static pod is reported.
-    // Listed raw: a typed client cannot read the malformed pods.
+    // Everything but the static pod and the opted-out one drains.
     eventually(
         "every pod but the static one and the opted-out one is gone",
         || async {
-            let (_, list) = raw(
-                &sim,
-                "GET",
-                "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-a",
-                "",
-                vec![],
-            )
-            .await;
-            list["items"].as_array().unwrap().iter().all(|p| {
-                p["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string()
-                    || p["metadata"]["name"] == "pinned"
-            })
+            pods_on(&client, "node-a")
+                .await
+                .iter()
+                .all(|p| is_mirror(p) || p.metadata.name.as_deref() == Some("pinned"))
         },
     )
     .await;
@@ -359,7 +367,10 @@ async fn malformed_pods_and_a_missing_manifest_dir_are_reported_and_the_rest_dra
     .await;
     let st = agent.progress.status();
     assert!(
-        st.warnings.iter().any(|w| w.contains("bad-priority")),
+        st.warnings
+            .iter()
+            .any(|w| w.contains("odd-optout")
+                && w.contains("maintd.io/drain=\"Skip\" does not opt out")),
         "{:?}",
         st.warnings
     );

@@ -133,6 +133,16 @@ impl ApiError {
         e
     }
 
+    /// 422 for a patch whose result cannot be decoded: the API server names
+    /// no kind and no object, and gives the whole patched object as the bad
+    /// value of the field `patch`.
+    pub fn patch_invalid(patched: &str, detail: &str) -> Self {
+        let body = format!("Invalid value: {patched:?}: {detail}");
+        let mut e = Self::new(422, "Invalid", format!(" \"\" is invalid: patch: {body}"));
+        e.causes = vec![("FieldValueInvalid".into(), body, "patch".into())];
+        e
+    }
+
     pub fn too_many_requests(message: impl Into<String>) -> Self {
         Self::new(429, "TooManyRequests", message)
     }

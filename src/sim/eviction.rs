@@ -14,6 +14,7 @@ use super::resources::Gr;
 use super::select::selector_object_matches;
 use super::state::SimState;
 use super::store::Store;
+use super::typecheck;
 use super::verbs::{self, DeleteOptions, Part, Writer};
 
 /// How often an eviction that lost a race for its budget's status reads it
@@ -54,6 +55,7 @@ pub fn evict(sim: &SimState, ns: &str, name: &str, body: &Value) -> Result<(), A
     if !body.is_object() {
         return Err(ApiError::bad_request("the Eviction must be a JSON object"));
     }
+    typecheck::on_eviction(body)?;
     if let Some(n) = body["metadata"]["name"].as_str()
         && n != name
     {
@@ -217,8 +219,10 @@ fn decremented(pdb: &Value, pod: &str, now: &str) -> Value {
 /// The disruption controller's arithmetic for one budget, from the live
 /// pods and the pods evictions recorded in `status.disruptedPods`: those
 /// count as gone until they are seen deleted, or for
-/// [`DISRUPTED_POD_TIMEOUT_SECS`] at most.
-pub fn budget_status(store: &Store, pdb: &Value) -> (BudgetStatus, Value) {
+/// [`DISRUPTED_POD_TIMEOUT_SECS`] at most. An error when the budget's
+/// expected count cannot be known (a pod's controller has no scale): the
+/// controller then fails safe.
+pub fn budget_status(store: &Store, pdb: &Value) -> Result<(BudgetStatus, Value), String> {
     let ns = meta::namespace(pdb);
     let pods: Vec<_> = store
         .list(&Gr::pods(), Some(ns))
@@ -248,14 +252,14 @@ pub fn budget_status(store: &Store, pdb: &Value) -> (BudgetStatus, Value) {
         .count() as i64;
     let spec = &pdb["spec"];
     let (expected, desired) = if !spec["maxUnavailable"].is_null() {
-        let expected = expected_scale(store, &pods);
+        let expected = expected_scale(store, &pods)?;
         let max = scaled(&spec["maxUnavailable"], expected);
         (expected, (expected - max).max(0))
     } else if !spec["minAvailable"].is_null() {
         match &spec["minAvailable"] {
             Value::Number(n) => (pods.len() as i64, n.as_i64().unwrap_or(0)),
             v => {
-                let expected = expected_scale(store, &pods);
+                let expected = expected_scale(store, &pods)?;
                 (expected, scaled(v, expected))
             }
         }
@@ -268,7 +272,7 @@ pub fn budget_status(store: &Store, pdb: &Value) -> (BudgetStatus, Value) {
         desired_healthy: desired,
         disruptions_allowed: (healthy - desired).max(0),
     };
-    (st, Value::Object(disrupted))
+    Ok((st, Value::Object(disrupted)))
 }
 
 /// An int-or-percent against a total, rounded up as Kubernetes does for
@@ -287,32 +291,8 @@ fn scaled(v: &Value, total: i64) -> i64 {
     }
 }
 
-/// The number of pods the budget's pods' controllers want: the sum of the
-/// replicas of each distinct ReplicaSet. Pods of other controllers, or of
-/// none, count one each (the real controller needs a scale subresource and
-/// reports an error for those; the simulator is lenient there).
-fn expected_scale(store: &Store, pods: &[std::sync::Arc<Value>]) -> i64 {
-    let mut seen = std::collections::HashSet::new();
-    let mut total = 0;
-    for p in pods {
-        match meta::controller_of(p) {
-            Some(("ReplicaSet", rs_name, uid)) => {
-                if seen.insert(uid.to_string()) {
-                    total += store
-                        .get(&Gr::replicasets(), meta::namespace(p), rs_name)
-                        .and_then(|rs| rs["spec"]["replicas"].as_i64())
-                        .unwrap_or(1);
-                }
-            }
-            _ => {
-                if !meta::is_terminating(p) {
-                    total += 1;
-                }
-            }
-        }
-    }
-    total
-}
+mod scale;
+use scale::expected_scale;
 
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,10 @@
 //! graceful deletions after min(grace period, `sim.maintd.io/shutdown-seconds`),
 //! and keep a mirror pod for each static pod manifest in
 //! `<static_pod_root>/<node>/`, as the kubelet does for its manifest
-//! directory. Status is written through the API verbs, as a kubelet would.
+//! directory: a manifest that goes away stops its static pod (taking
+//! min(grace period, shutdown seconds)), and only then is the mirror pod
+//! deleted, with grace 0. Status is written through the API verbs, as a
+//! kubelet would.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -84,9 +87,10 @@ pub fn start(sim: Arc<SimState>, stop: CancellationToken) {
         let poll = sim.config.static_pod_poll;
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(poll);
+            let mut stopping = Stopping::new();
             loop {
                 tokio::select! {
-                    _ = tick.tick() => sync_static_pods(&sim, &root),
+                    _ = tick.tick() => sync_static_pods(&sim, &root, &mut stopping),
                     _ = stop.cancelled() => return,
                 }
             }
@@ -311,12 +315,32 @@ fn desired_mirrors(dir: &std::path::Path, node: &Value) -> BTreeMap<(String, Str
     out
 }
 
-/// Makes each node's mirror pods follow its manifest directory.
-fn sync_static_pods(sim: &SimState, root: &std::path::Path) {
+/// Mirror pods whose static pod is stopping: uid → when it will have stopped.
+type Stopping = HashMap<String, tokio::time::Instant>;
+
+/// How long a static pod takes to stop: its shutdown time, within its grace.
+fn stop_time(pod: &Value) -> Duration {
+    let grace = pod["spec"]["terminationGracePeriodSeconds"]
+        .as_i64()
+        .unwrap_or(30)
+        .max(0) as f64;
+    let shutdown = meta::seconds_annotation(pod, SHUTDOWN_ANNOTATION).unwrap_or(0.0);
+    Duration::from_secs_f64(shutdown.min(grace))
+}
+
+/// Makes each node's mirror pods follow its manifest directory. A mirror
+/// pod whose manifest is gone stays as it is while its static pod stops,
+/// then goes with grace 0, as the kubelet deletes it
+/// (`deleteOrphanedMirrorPods`, once the pod worker has finished). (The
+/// real kubelet also writes the stopping containers into the mirror pod's
+/// status; the simulator does not.)
+fn sync_static_pods(sim: &SimState, root: &std::path::Path, stopping: &mut Stopping) {
     let Some(pods_def) = sim.store().resource(&Gr::pods()) else {
         return;
     };
     let nodes = sim.store().list(&Gr::nodes(), None);
+    let now = tokio::time::Instant::now();
+    let mut mirrors: HashSet<String> = HashSet::new();
     for node in nodes {
         let name = meta::name(&node).to_string();
         let dir = root.join(&name);
@@ -335,8 +359,24 @@ fn sync_static_pods(sim: &SimState, root: &std::path::Path) {
                 meta::namespace(pod).to_string(),
                 meta::name(pod).to_string(),
             );
-            if !want.contains_key(&key) && !meta::is_terminating(pod) {
-                let _ = verbs::delete(sim, &pods_def, &key.0, &key.1, &DeleteOptions::default());
+            let uid = meta::uid(pod).to_string();
+            mirrors.insert(uid.clone());
+            // Deleted through the API, it goes the graceful way (on_pod).
+            if want.contains_key(&key) || meta::is_terminating(pod) {
+                stopping.remove(&uid);
+                continue;
+            }
+            let stopped = *stopping
+                .entry(uid.clone())
+                .or_insert_with(|| now + stop_time(pod));
+            if now >= stopped {
+                let opts = DeleteOptions {
+                    grace_period_seconds: Some(0),
+                    uid: Some(uid.clone()),
+                    ..Default::default()
+                };
+                let _ = verbs::delete(sim, &pods_def, &key.0, &key.1, &opts);
+                stopping.remove(&uid);
             }
         }
         for ((ns, pname), pod) in want {
@@ -354,4 +394,5 @@ fn sync_static_pods(sim: &SimState, root: &std::path::Path) {
             }
         }
     }
+    stopping.retain(|uid, _| mirrors.contains(uid));
 }

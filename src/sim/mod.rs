@@ -1,7 +1,7 @@
 //! A simulated Kubernetes cluster: a real HTTP server on loopback speaking
 //! the subset of the Kubernetes API that maintd and kubectl use, with a
-//! simulated kubelet per node and the DaemonSet, ReplicaSet and disruption
-//! controllers. `kube::Client` and `kubectl` use it unchanged. It is the test
+//! simulated kubelet per node and the DaemonSet, ReplicaSet, StatefulSet,
+//! Deployment, node lifecycle and disruption controllers. `kube::Client` and `kubectl` use it unchanged. It is the test
 //! and demo infrastructure of the project; where it differs from a real
 //! cluster, a comment says so.
 
@@ -29,6 +29,7 @@ pub mod server;
 pub mod state;
 pub mod store;
 pub mod table;
+pub mod typecheck;
 pub mod validate;
 pub mod verbs;
 pub mod watch;
@@ -123,7 +124,8 @@ impl SimCluster {
     }
 
     /// Waits until the cluster is at rest: every pod bound, running and
-    /// ready (or finished), every ReplicaSet and DaemonSet at its count,
+    /// ready (or finished), every ReplicaSet, StatefulSet and DaemonSet at
+    /// its count, every Deployment rolled out,
     /// every static manifest mirrored.
     pub async fn wait_settled(&self, limit: std::time::Duration) -> Result<(), SimError> {
         let deadline = tokio::time::Instant::now() + limit;
@@ -158,6 +160,27 @@ impl SimCluster {
                     "replicaset {} is not at its count",
                     meta::name(&rs)
                 ));
+            }
+        }
+        for sts in store.list(&Gr::statefulsets(), None) {
+            if sts["status"]["readyReplicas"].as_i64().unwrap_or(0)
+                != sts["spec"]["replicas"].as_i64().unwrap_or(1)
+            {
+                return Some(format!(
+                    "statefulset {} is not at its count",
+                    meta::name(&sts)
+                ));
+            }
+        }
+        for d in store.list(&Gr::deployments(), None) {
+            let want = d["spec"]["replicas"].as_i64().unwrap_or(1);
+            let st = &d["status"];
+            let rolled_out = st["observedGeneration"] == d["metadata"]["generation"]
+                && st["updatedReplicas"].as_i64() == Some(want)
+                && st["availableReplicas"].as_i64() == Some(want)
+                && st["replicas"].as_i64() == Some(want);
+            if !rolled_out {
+                return Some(format!("deployment {} is not rolled out", meta::name(&d)));
             }
         }
         for ds in store.list(&Gr::daemonsets(), None) {

@@ -39,6 +39,12 @@ impl Gr {
     pub fn replicasets() -> Self {
         Gr::new("apps", "replicasets")
     }
+    pub fn statefulsets() -> Self {
+        Gr::new("apps", "statefulsets")
+    }
+    pub fn deployments() -> Self {
+        Gr::new("apps", "deployments")
+    }
     pub fn crds() -> Self {
         Gr::new("apiextensions.k8s.io", "customresourcedefinitions")
     }
@@ -326,6 +332,15 @@ pub fn builtins() -> Vec<ResourceDef> {
             true,
             true,
             &["deploy"],
+        ),
+        d(
+            "apps",
+            "v1",
+            "statefulsets",
+            "StatefulSet",
+            true,
+            true,
+            &["sts"],
         ),
         d(
             "policy",

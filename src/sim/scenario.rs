@@ -68,7 +68,7 @@ fn order(kind: &str) -> u8 {
         "CustomResourceDefinition" => 2,
         "Node" => 3,
         "Pod" => 6,
-        "DaemonSet" | "ReplicaSet" => 5,
+        "DaemonSet" | "ReplicaSet" | "StatefulSet" | "Deployment" => 5,
         _ => 4,
     }
 }
@@ -166,7 +166,9 @@ impl Scenario {
 fn with_default_container(obj: &mut Value) {
     let spec = match obj["kind"].as_str() {
         Some("Pod") => &mut obj["spec"],
-        Some("ReplicaSet" | "DaemonSet" | "Deployment") => &mut obj["spec"]["template"]["spec"],
+        Some("ReplicaSet" | "DaemonSet" | "Deployment" | "StatefulSet") => {
+            &mut obj["spec"]["template"]["spec"]
+        }
         _ => return,
     };
     if spec["containers"].as_array().is_none_or(|c| c.is_empty()) {

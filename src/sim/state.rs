@@ -112,6 +112,13 @@ impl SimState {
         self.store.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Makes `node` report itself Ready, NotReady, or not at all
+    /// (unreachable), as its kubelet or the node controller would write it;
+    /// the simulated node lifecycle controller then taints or untaints it.
+    pub fn set_node_health(&self, node: &str, health: super::controllers::NodeHealth) {
+        super::controllers::set_node_health(self, node, health);
+    }
+
     /// What an API server restart looks like to its clients: every
     /// connection closes, and the new watch cache starts at the current
     /// resourceVersion, so a watch resumed from before gets 410 Gone and

@@ -39,6 +39,55 @@ pub fn default_new(store: &Store, def: &ResourceDef, obj: &mut Value) {
             }
             obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(meta::name(obj));
         }
+        _ => default_workload(def, obj),
+    }
+}
+
+/// The workload defaults the API server fills in on every write (create,
+/// update, patch), so that `kubectl get -o yaml` and `kubectl rollout
+/// status` see what they would on a cluster. Pod template defaults are
+/// left out: they would change nothing the simulator does.
+pub fn default_workload(def: &ResourceDef, obj: &mut Value) {
+    if def.group != "apps" || !obj["spec"].is_object() {
+        return;
+    }
+    let spec = &mut obj["spec"];
+    let mut fill = |key: &str, value: Value| {
+        if spec[key].is_null() {
+            spec[key] = value;
+        }
+    };
+    match def.kind.as_str() {
+        "Deployment" => {
+            fill("replicas", json!(1));
+            fill("revisionHistoryLimit", json!(10));
+            fill("progressDeadlineSeconds", json!(600));
+            fill(
+                "strategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}),
+            );
+        }
+        "StatefulSet" => {
+            fill("replicas", json!(1));
+            fill("revisionHistoryLimit", json!(10));
+            fill("podManagementPolicy", json!("OrderedReady"));
+            fill(
+                "updateStrategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+            );
+            fill(
+                "persistentVolumeClaimRetentionPolicy",
+                json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+            );
+        }
+        "ReplicaSet" => fill("replicas", json!(1)),
+        "DaemonSet" => {
+            fill("revisionHistoryLimit", json!(10));
+            fill(
+                "updateStrategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
+            );
+        }
         _ => {}
     }
 }

@@ -13,6 +13,7 @@ use super::patch;
 use super::resources::{Gr, ResourceDef};
 use super::state::SimState;
 use super::store::{Store, rv_of};
+use super::typecheck;
 use super::validate;
 
 /// Which part of an object a write addresses.
@@ -117,6 +118,8 @@ pub fn create(
             "the request body must be a JSON object",
         ));
     }
+    // The API server decodes the body into its type before anything else.
+    typecheck::on_body(def, &obj)?;
     if !obj["metadata"].is_object() {
         obj["metadata"] = json!({});
     }
@@ -248,6 +251,7 @@ pub fn update(
             "the request body must be a JSON object",
         ));
     }
+    typecheck::on_body(def, &new)?;
     if let Some(body_name) = new["metadata"]["name"].as_str()
         && body_name != name
     {
@@ -302,6 +306,7 @@ pub fn patch(
             {
                 return Err(ApiError::stale(&gr, name));
             }
+            typecheck::on_apply(def, ns, name, body)?;
             patch::apply(
                 Some(&old),
                 body,
@@ -323,6 +328,7 @@ pub fn patch(
                 _ => patch::json_patch(&mut target, body),
             };
             res.map_err(|e| patch_error(&gr, name, &def.kind, e))?;
+            typecheck::on_patched(def, &target)?;
             // A resourceVersion in the patch is a precondition.
             if target["metadata"]["resourceVersion"].as_str() != Some(old_rv.as_str()) {
                 if target["metadata"]["resourceVersion"].is_string() {
@@ -350,6 +356,7 @@ fn apply_create(
     writer: &Writer,
 ) -> Result<Arc<Value>, ApiError> {
     let gr = def.gr();
+    typecheck::on_apply(def, ns, name, body)?;
     let mut obj = patch::apply(
         None,
         body,
@@ -458,6 +465,7 @@ fn commit(
             }
         }
     }
+    validate::default_workload(def, &mut new);
     if spec_changed(old, &new) {
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
         new["metadata"]["generation"] = json!(generation + 1);

@@ -9,6 +9,7 @@ pub mod slow_proxy;
 
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::PostParams;
@@ -159,7 +160,7 @@ pub async fn taint(client: &kube::Client, node: &str, key: &str, value: Option<&
 }
 
 /// Creates a pod from raw JSON, as any client could send it (fields a typed
-/// client would refuse included); the API must accept it.
+/// client does not know included); the API must accept it.
 pub async fn post_pod(sim: &SimCluster, pod: &Value) {
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or("default");
     let (code, body) = raw(
@@ -225,4 +226,44 @@ pub fn dir_files(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
         .unwrap_or_default();
     out.sort();
     out
+}
+
+/// A StatefulSet of `replicas` pods labelled app=`name`, starting in
+/// `startup` seconds and stopping in 0.2.
+pub fn statefulset(name: &str, replicas: i32, policy: &str, startup: &str) -> StatefulSet {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "podManagementPolicy": policy,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}, "annotations": {
+                    "sim.maintd.io/startup-seconds": startup,
+                    "sim.maintd.io/shutdown-seconds": "0.2",
+                }},
+                "spec": {"containers": [{"name": "db", "image": "registry.example/db:1"}]},
+            },
+        },
+    }))
+    .unwrap()
+}
+
+/// Whether the pod's Ready condition is True.
+pub fn is_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// A simulated cluster with two Ready nodes, node-a and node-b.
+pub async fn two_nodes() -> SimCluster {
+    let sim = sim().await;
+    for n in ["node-a", "node-b"] {
+        create_node(&sim.client(), n).await;
+    }
+    sim
 }

@@ -38,9 +38,15 @@ pub fn build_plan(
         );
         if let Some(reason) = skip_reason(pod, opts) {
             plan.skipped.push(skipped(pod, pod_type, reason));
-        } else if pod_type != PodType::Static
-            && matches!(pod.phase.as_str(), "Succeeded" | "Failed")
-        {
+            continue;
+        }
+        if let Some(w) = odd_opt_out(pod) {
+            // Drained like any pod, but a likely typo of the opt-out is said
+            // out loud: its owner meant to keep it, and would not know.
+            plan.warnings
+                .push(format!("pod {}/{}: {w}", pod.namespace, pod.name));
+        }
+        if pod_type != PodType::Static && matches!(pod.phase.as_str(), "Succeeded" | "Failed") {
             let mut planned = planned(pod, pod_type);
             planned.action = PodAction::Delete;
             plan.completed.push(planned);
@@ -174,6 +180,26 @@ fn skip_reason(pod: &PodInfo, opts: &PlanOptions) -> Option<SkipReason> {
         return Some(opt_out("label", CAPI_OPT_OUT_LABEL));
     }
     None
+}
+
+/// An opt-out key with a value other than `skip`, which does not opt out.
+fn odd_opt_out(pod: &PodInfo) -> Option<String> {
+    let found = [
+        ("label", OPT_OUT_KEY, pod.labels.get(OPT_OUT_KEY)),
+        ("annotation", OPT_OUT_KEY, pod.annotations.get(OPT_OUT_KEY)),
+        (
+            "label",
+            CAPI_OPT_OUT_LABEL,
+            pod.labels.get(CAPI_OPT_OUT_LABEL),
+        ),
+    ];
+    found.into_iter().find_map(|(source, key, value)| {
+        value.filter(|v| *v != "skip").map(|v| {
+            format!(
+                "{source} {key}={v:?} does not opt out (only \"skip\" does); the pod is drained"
+            )
+        })
+    })
 }
 
 fn tolerates_drain_taint(pod: &PodInfo, opts: &PlanOptions) -> bool {

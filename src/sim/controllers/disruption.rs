@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::sim::eviction::{DISRUPTED_POD_TIMEOUT_SECS, budget_status};
 use crate::sim::meta;
-use crate::sim::resources::Gr;
+use crate::sim::resources::{Gr, ResourceDef};
 use crate::sim::select::selector_object_matches;
 use crate::sim::state::SimState;
 use crate::sim::verbs::{self, Part, Writer};
@@ -28,14 +28,21 @@ pub(super) fn disruption(sim: &SimState, ns: &str) -> Option<Duration> {
     let mut recheck: Option<Duration> = None;
     let mut sooner = |d: Duration| recheck = Some(recheck.map_or(d, |r: Duration| r.min(d)));
     for pdb in pdbs {
-        let (st, any, disrupted) = {
+        let (counted, any) = {
             let store = sim.store();
-            let (st, disrupted) = budget_status(&store, &pdb);
+            let counted = budget_status(&store, &pdb);
             let any = store
                 .list(&Gr::pods(), Some(ns))
                 .iter()
                 .any(|p| selector_object_matches(&pdb["spec"]["selector"], p));
-            (st, any, disrupted)
+            (counted, any)
+        };
+        let (st, disrupted) = match counted {
+            Ok(c) => c,
+            Err(why) => {
+                fail_safe(sim, &def, &pdb, &why);
+                continue;
+            }
         };
         for at in disrupted.as_object().into_iter().flat_map(|m| m.values()) {
             let age = at.as_str().and_then(meta::age_secs).unwrap_or(0);
@@ -104,4 +111,64 @@ pub(super) fn disruption(sim: &SimState, ns: &str) -> Option<Duration> {
         }
     }
     recheck
+}
+
+/// What upstream's `failSafe` writes when a budget cannot be counted: no
+/// disruption allowed, and a DisruptionAllowed condition saying why; the
+/// rest of the status (observedGeneration included) stays as it was. A
+/// change of the budget's pods brings the controller back to try again.
+fn fail_safe(sim: &SimState, def: &ResourceDef, pdb: &Value, why: &str) {
+    let old = &pdb["status"];
+    let mut status = if old.is_object() {
+        old.clone()
+    } else {
+        json!({})
+    };
+    status["disruptionsAllowed"] = json!(0);
+    let prev = old["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "DisruptionAllowed"));
+    let since = match prev {
+        Some(c) if c["status"] == "False" => c["lastTransitionTime"].clone(),
+        _ => json!(meta::now_time()),
+    };
+    let cond = json!({
+        "type": "DisruptionAllowed",
+        "status": "False",
+        "reason": "SyncFailed",
+        "message": why,
+        "observedGeneration": old["observedGeneration"].as_i64().unwrap_or(0),
+        "lastTransitionTime": since,
+    });
+    let mut conds: Vec<Value> = old["conditions"]
+        .as_array()
+        .map(|cs| {
+            cs.iter()
+                .filter(|c| c["type"] != "DisruptionAllowed")
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    conds.push(cond);
+    status["conditions"] = Value::Array(conds);
+    if status == *old {
+        return;
+    }
+    tracing::debug!(pdb = %meta::name(pdb), %why, "simulated disruption controller fails safe");
+    let mut new = pdb.clone();
+    new["status"] = status;
+    let writer = Writer {
+        manager: "disruption-controller".into(),
+        force: false,
+    };
+    // A conflict means the budget moved; its event brings the controller back.
+    let _ = verbs::update(
+        sim,
+        def,
+        meta::namespace(pdb),
+        meta::name(pdb),
+        Part::Status,
+        new,
+        &writer,
+    );
 }

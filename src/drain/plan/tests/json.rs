@@ -1,5 +1,10 @@
 //! `PodInfo::from_json`: every malformed field becomes a default and a
 //! warning, never a panic, and the rest of the node still drains.
+//!
+//! A real API server refuses most of these bodies (it decodes pods into
+//! their Go types), so the agent should never see them; reading them
+//! leniently anyway is cheap insurance against a proxy, a cache or a
+//! future field that does not look as expected.
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};

@@ -181,3 +181,29 @@ fn tolerates_follows_kubernetes() {
         );
     }
 }
+
+#[test]
+fn an_opt_out_key_with_another_value_is_drained_with_a_warning() {
+    let pods = vec![
+        pod("a").label("maintd.io/drain", "Skip"),
+        pod("b").annot("maintd.io/drain", "true"),
+        pod("c").label("cluster.x-k8s.io/drain", "no"),
+        pod("d").label("maintd.io/drain", "skip"),
+        pod("e"),
+    ];
+    let plan = build_plan(&pods, None, &PlanOptions::default());
+    assert_eq!(
+        plan.warnings,
+        [
+            "pod ns/a: label maintd.io/drain=\"Skip\" does not opt out (only \"skip\" does); the pod is drained",
+            "pod ns/b: annotation maintd.io/drain=\"true\" does not opt out (only \"skip\" does); the pod is drained",
+            "pod ns/c: label cluster.x-k8s.io/drain=\"no\" does not opt out (only \"skip\" does); the pod is drained",
+        ]
+    );
+    let drained: Vec<&str> = plan
+        .stages
+        .iter()
+        .flat_map(|s| s.pods.iter().map(|p| p.name.as_str()))
+        .collect();
+    assert_eq!(drained, ["a", "b", "c", "e"]);
+}

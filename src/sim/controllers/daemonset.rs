@@ -1,0 +1,90 @@
+//! The DaemonSet controller: one pod per node the template fits, unless a
+//! taint the pod does not tolerate keeps it off.
+
+use serde_json::{Value, json};
+
+use super::pods::{create_pod, new_pod, owned_pods};
+use super::scheduler::fits;
+use crate::sim::meta;
+use crate::sim::resources::Gr;
+use crate::sim::state::SimState;
+use crate::sim::verbs::write_status;
+
+/// Tolerations the DaemonSet controller adds to every DaemonSet pod.
+fn daemonset_tolerations() -> Vec<Value> {
+    let mut t: Vec<Value> = [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ]
+    .iter()
+    .map(|k| json!({"key": k, "operator": "Exists", "effect": "NoExecute"}))
+    .collect();
+    for k in [
+        "node.kubernetes.io/disk-pressure",
+        "node.kubernetes.io/memory-pressure",
+        "node.kubernetes.io/pid-pressure",
+        "node.kubernetes.io/unschedulable",
+    ] {
+        t.push(json!({"key": k, "operator": "Exists", "effect": "NoSchedule"}));
+    }
+    t
+}
+
+pub(super) fn daemonset(sim: &SimState, ns: &str, name: &str) {
+    let Some(ds) = sim.store().get(&Gr::daemonsets(), ns, name) else {
+        return;
+    };
+    if meta::is_terminating(&ds) {
+        return;
+    }
+    let mut tpl_spec = ds["spec"]["template"]["spec"].clone();
+    let mut tol = tpl_spec["tolerations"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    tol.extend(daemonset_tolerations());
+    tpl_spec["tolerations"] = Value::Array(tol);
+    let pods = owned_pods(sim, ns, meta::uid(&ds));
+    let (mut desired, mut current, mut ready) = (0, 0, 0);
+    let nodes = sim.store().list(&Gr::nodes(), None);
+    for node in nodes {
+        let node_name = meta::name(&node);
+        let here: Vec<_> = pods
+            .iter()
+            .filter(|p| p["spec"]["nodeName"] == node_name)
+            .collect();
+        let eligible = fits(&tpl_spec, &node);
+        if eligible {
+            desired += 1;
+        }
+        if !here.is_empty() {
+            current += 1;
+            ready += here.iter().filter(|p| meta::pod_ready(p)).count();
+            continue;
+        }
+        // No pod here (a terminating one still counts above): create one,
+        // unless a taint the pod does not tolerate keeps it off.
+        if eligible {
+            create_pod(
+                sim,
+                "daemonset-controller",
+                new_pod(
+                    &ds,
+                    "apps/v1",
+                    "DaemonSet",
+                    Some(node_name),
+                    daemonset_tolerations(),
+                ),
+            );
+        }
+    }
+    let status = json!({"desiredNumberScheduled": desired, "currentNumberScheduled": current, "numberReady": ready, "numberAvailable": ready, "updatedNumberScheduled": current, "numberMisscheduled": 0, "observedGeneration": ds["metadata"]["generation"]});
+    write_status(
+        sim,
+        &Gr::daemonsets(),
+        ns,
+        name,
+        "daemonset-controller",
+        status,
+    );
+}
