@@ -87,12 +87,24 @@ impl Reconciler {
 
     /// Holds back a planned drain the policy does not let start now: what
     /// may happen meanwhile, and what holds it (for the loop's timer).
-    pub(super) fn policy_step(&mut self, desired: Desired) -> (Desired, Option<Hold>) {
+    pub(super) fn policy_step(
+        &mut self,
+        desired: Desired,
+        stop: &CancellationToken,
+    ) -> (Desired, Option<Hold>) {
         if !desired.waits_for_policy() || self.started() {
+            self.ask_prometheus(false, stop);
             return (desired, None);
         }
         let pods = self.agent.drainer.pods.all();
-        let Some(hold) = self.agent.config.policy.hold(&pods, jiff::Timestamp::now()) else {
+        let hold = self.agent.config.policy.hold(&pods, jiff::Timestamp::now());
+        // Prometheus is asked only while its answer is what decides: not
+        // while the window is shut or blocking pods run.
+        self.ask_prometheus(
+            hold.as_ref().is_none_or(|h| h.kind == HoldKind::Alerts),
+            stop,
+        );
+        let Some(hold) = hold else {
             return (desired, None);
         };
         // Nothing is taken while the policy says no: a slot being waited
@@ -103,6 +115,27 @@ impl Reconciler {
         self.agent
             .say_waiting(Some((hold.kind, hold.reason.clone())));
         (desired.while_waiting(), Some(hold))
+    }
+
+    /// Starts or stops asking Prometheus (every `--alert-check-interval`,
+    /// in the background: the loop reads the last answer).
+    fn ask_prometheus(&mut self, on: bool, stop: &CancellationToken) {
+        let Some(alerts) = &self.agent.config.policy.alerts else {
+            return;
+        };
+        match (on, &self.asking) {
+            (true, None) => {
+                let token = stop.child_token();
+                tokio::spawn(alerts.clone().keep_asking(token.clone()));
+                self.asking = Some(token);
+            }
+            (false, Some(_)) => {
+                if let Some(token) = self.asking.take() {
+                    token.cancel();
+                }
+            }
+            _ => {}
+        }
     }
 
     /// Holds, waits for or gives back the slot `desired` asks for, and

@@ -59,6 +59,8 @@ pub(super) struct Reconciler {
     pub(super) started: Instant,
     /// What the policy holds a planned drain back with, if anything.
     pub(super) hold: Option<crate::policy::Hold>,
+    /// Stops the questions to Prometheus, while they are asked.
+    pub(super) asking: Option<CancellationToken>,
 }
 
 /// What woke the loop.
@@ -107,6 +109,7 @@ impl Reconciler {
             probe_not_before: None,
             started: Instant::now(),
             hold: None,
+            asking: None,
         }
     }
 
@@ -116,6 +119,7 @@ impl Reconciler {
         let mut pod_changes = agent.drainer.pods.changes();
         let mut maintenance_changes = agent.maintenance.index.changes();
         let mut medik8s_changes = agent.medik8s.as_ref().map(|m| m.index.changes());
+        let mut alert_answers = agent.config.policy.alerts.as_ref().map(|a| a.changes());
         let mut local_changes = agent.local.subscribe();
         let mut progress = agent.progress().subscribe();
         loop {
@@ -152,6 +156,12 @@ impl Reconciler {
                 _ = maintenance_changes.changed() => Wake::Look,
                 _ = async {
                     match medik8s_changes.as_mut() {
+                        Some(rx) => rx.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => Wake::Look,
+                _ = async {
+                    match alert_answers.as_mut() {
                         Some(rx) => rx.changed().await,
                         None => std::future::pending().await,
                     }
@@ -208,7 +218,7 @@ impl Reconciler {
         // A planned drain waits for the policy, then for its slot; a
         // reboot slot goes back when the request does, a drain slot once
         // the node is drained.
-        let (waited, hold) = self.policy_step(desired);
+        let (waited, hold) = self.policy_step(desired, stop);
         desired = self.slot_step(waited, hold.is_some(), stop);
         self.hold = hold;
         if let Some(node) = agent.node.by_name(&agent.config.node)

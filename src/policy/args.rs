@@ -1,7 +1,10 @@
 //! The policy's flags (`maintd run`), named after what they do; the
 //! README maps kured's flags to them.
 
-use super::{BlockingPods, Policy, Window};
+use std::time::Duration;
+
+use super::alerts::AlertSettings;
+use super::{Alerts, BlockingPods, Policy, Window};
 
 /// Flags of the rules for planned drains.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -26,6 +29,33 @@ pub struct PolicyArgs {
     /// on the node, planned drains wait. May be given more than once.
     #[arg(long = "blocking-pod-selector", env = "MAINTD_BLOCKING_POD_SELECTOR")]
     pub blocking_pod_selectors: Vec<String>,
+    /// Prometheus to ask before a planned drain starts, e.g.
+    /// http://prometheus.monitoring:9090 (user:password@ in the URL is sent
+    /// as basic auth). While an alert is active, or Prometheus cannot be
+    /// asked, planned drains wait.
+    #[arg(long, env = "MAINTD_PROMETHEUS_URL")]
+    pub prometheus_url: Option<String>,
+    /// A regular expression over alert names: matching alerts do not
+    /// count (with --alert-filter-match-only: only they count).
+    #[arg(long, env = "MAINTD_ALERT_FILTER")]
+    pub alert_filter: Option<String>,
+    /// --alert-filter names the only alerts that count.
+    #[arg(long, env = "MAINTD_ALERT_FILTER_MATCH_ONLY")]
+    pub alert_filter_match_only: bool,
+    /// Only firing alerts count, not pending ones.
+    #[arg(long, env = "MAINTD_ALERT_FIRING_ONLY")]
+    pub alert_firing_only: bool,
+    /// A PromQL query of your own: while it returns any series, planned
+    /// drains wait (e.g. a cluster health check).
+    #[arg(long, env = "MAINTD_ALERT_QUERY")]
+    pub alert_query: Option<String>,
+    /// How often Prometheus is asked while a planned drain waits, in
+    /// seconds.
+    #[arg(long, env = "MAINTD_ALERT_CHECK_INTERVAL", default_value_t = 60)]
+    pub alert_check_interval: u64,
+    /// Bound on each question to Prometheus, in seconds.
+    #[arg(long, env = "MAINTD_PROMETHEUS_TIMEOUT", default_value_t = 10)]
+    pub prometheus_timeout: u64,
 }
 
 /// A policy flag that does not parse.
@@ -68,6 +98,52 @@ impl PolicyArgs {
                 name: "--blocking-pod-selector",
                 why: e.to_string(),
             })?;
-        Ok(Policy { window, blocking })
+        let alerts = match self.prometheus_url.filter(|u| !u.trim().is_empty()) {
+            Some(url) => {
+                super::alerts::check_url(&url).map_err(|why| PolicyError {
+                    name: "--prometheus-url",
+                    why,
+                })?;
+                let filter = self
+                    .alert_filter
+                    .filter(|f| !f.is_empty())
+                    .map(|f| regex::Regex::new(&f))
+                    .transpose()
+                    .map_err(|e| PolicyError {
+                        name: "--alert-filter",
+                        why: e.to_string(),
+                    })?;
+                if self.alert_check_interval == 0 || self.prometheus_timeout == 0 {
+                    return Err(PolicyError {
+                        name: "--alert-check-interval/--prometheus-timeout",
+                        why: "must be at least 1 second".into(),
+                    });
+                }
+                let settings = AlertSettings {
+                    url,
+                    filter,
+                    match_only: self.alert_filter_match_only,
+                    firing_only: self.alert_firing_only,
+                    query: self.alert_query.filter(|q| !q.trim().is_empty()),
+                    timeout: Duration::from_secs(self.prometheus_timeout),
+                };
+                Some(Alerts::new(
+                    settings,
+                    Duration::from_secs(self.alert_check_interval),
+                ))
+            }
+            None if self.alert_filter.is_some() || self.alert_query.is_some() => {
+                return Err(PolicyError {
+                    name: "--alert-filter/--alert-query",
+                    why: "given without --prometheus-url, so nothing would be asked".into(),
+                });
+            }
+            None => None,
+        };
+        Ok(Policy {
+            window,
+            blocking,
+            alerts,
+        })
     }
 }

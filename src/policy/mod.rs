@@ -9,12 +9,14 @@
 //! clock, its pods, the last answer from Prometheus), so the agent's loop
 //! never waits on them.
 
+pub mod alerts;
 pub mod args;
 pub mod selector;
 pub mod window;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -113,17 +115,99 @@ impl BlockingPods {
     }
 }
 
+/// Alert gating as the agent keeps it: the gate, how often it is asked
+/// while a planned drain waits, and its last answer, which
+/// [`Policy::hold`] reads without waiting on the network.
+#[derive(Debug, Clone)]
+pub struct Alerts {
+    pub gate: alerts::AlertGate,
+    /// Time between questions while a planned drain waits.
+    pub every: Duration,
+    /// Bound on one question (the gate's own timeout).
+    pub timeout: Duration,
+    last: Arc<tokio::sync::watch::Sender<Option<Answer>>>,
+}
+
+/// One answer from Prometheus, and when it came.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    at: tokio::time::Instant,
+    /// Why drains must wait (None: nothing blocks).
+    holds: Option<String>,
+}
+
+impl Alerts {
+    pub fn new(settings: alerts::AlertSettings, every: Duration) -> Alerts {
+        Alerts {
+            timeout: settings.timeout,
+            gate: alerts::AlertGate::new(settings),
+            every,
+            last: Arc::new(tokio::sync::watch::channel(None).0),
+        }
+    }
+
+    /// Changes when an answer comes in.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<Option<Answer>> {
+        self.last.subscribe()
+    }
+
+    /// Records an answer (what [`Alerts::keep_asking`] does with each).
+    pub fn record(&self, holds: Option<String>) {
+        self.last.send_replace(Some(Answer {
+            at: tokio::time::Instant::now(),
+            holds,
+        }));
+    }
+
+    /// Asks now, then every `every`, until `stop`.
+    pub async fn keep_asking(self, stop: tokio_util::sync::CancellationToken) {
+        loop {
+            let answer = tokio::select! {
+                a = self.gate.check() => a,
+                _ = stop.cancelled() => return,
+            };
+            self.record(answer);
+            tokio::select! {
+                _ = tokio::time::sleep(self.every) => {}
+                _ = stop.cancelled() => return,
+            }
+        }
+    }
+
+    /// What the last answer says, if it is recent enough to go by: one
+    /// older than a question's interval and timeout (the asking stopped,
+    /// or hangs) holds the drain as no answer does.
+    fn hold(&self) -> Option<Hold> {
+        let fresh = self.every + self.timeout + Duration::from_secs(1);
+        let reason = match &*self.last.borrow() {
+            Some(a) if a.at.elapsed() <= fresh => a.holds.clone()?,
+            _ => format!(
+                "asking Prometheus at {} whether alerts fire",
+                self.gate.url()
+            ),
+        };
+        Some(Hold {
+            kind: HoldKind::Alerts,
+            reason,
+            until: None,
+        })
+    }
+}
+
 /// The rules of one agent.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
     pub window: Option<Window>,
     /// Each selector blocks on its own.
     pub blocking: Vec<BlockingPods>,
+    /// Prometheus to ask, if any.
+    pub alerts: Option<Alerts>,
 }
 
 impl Policy {
     /// What holds a planned drain back at `now`, given the node's pods:
-    /// the window first (it says until when), then blocking pods.
+    /// the window first (it says until when), then blocking pods, then
+    /// alerts (Prometheus' last answer).
     pub fn hold(&self, pods: &[Arc<Value>], now: Timestamp) -> Option<Hold> {
         if let Some((reason, until)) = self.window.as_ref().and_then(|w| w.hold(now)) {
             return Some(Hold {
@@ -153,7 +237,7 @@ impl Policy {
                 });
             }
         }
-        None
+        self.alerts.as_ref().and_then(Alerts::hold)
     }
 }
 
@@ -196,6 +280,7 @@ mod tests {
         let policy = Policy {
             window: Some(Window::parse("sat", "02:00", "04:00", "UTC").unwrap()),
             blocking: vec![BlockingPods::parse("app=backup").unwrap()],
+            alerts: None,
         };
         let pods = vec![pod("backup-1", json!({"app": "backup"}), "Running")];
         let tuesday: Timestamp = "2026-11-24T12:00:00Z".parse().unwrap();
@@ -206,5 +291,50 @@ mod tests {
             HoldKind::BlockingPods
         );
         assert!(policy.hold(&[], saturday).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn alerts_hold_after_the_pods_and_an_old_answer_holds_as_none_does() {
+        let alerts = Alerts::new(
+            alerts::AlertSettings {
+                url: "http://prometheus.monitoring:9090".into(),
+                filter: None,
+                match_only: false,
+                firing_only: false,
+                query: None,
+                timeout: Duration::from_secs(10),
+            },
+            Duration::from_secs(60),
+        );
+        let policy = Policy {
+            blocking: vec![BlockingPods::parse("app=backup").unwrap()],
+            alerts: Some(alerts.clone()),
+            ..Policy::default()
+        };
+        let now: Timestamp = "2026-11-24T12:00:00Z".parse().unwrap();
+        let pods = vec![pod("backup-1", json!({"app": "backup"}), "Running")];
+        assert_eq!(
+            policy.hold(&pods, now).unwrap().kind,
+            HoldKind::BlockingPods
+        );
+
+        let hold = policy.hold(&[], now).expect("no answer yet holds");
+        assert_eq!(hold.kind, HoldKind::Alerts);
+        assert_eq!(
+            hold.reason,
+            "asking Prometheus at http://prometheus.monitoring:9090 whether alerts fire"
+        );
+        alerts.record(Some("1 alert active: NodeOnFire (firing)".into()));
+        assert_eq!(
+            policy.hold(&[], now).unwrap().reason,
+            "1 alert active: NodeOnFire (firing)"
+        );
+        alerts.record(None);
+        assert!(policy.hold(&[], now).is_none(), "a clear answer lets it go");
+        tokio::time::advance(Duration::from_secs(60 + 10 + 2)).await;
+        assert!(
+            policy.hold(&[], now).unwrap().reason.starts_with("asking"),
+            "an answer older than a question's interval and timeout counts for nothing"
+        );
     }
 }

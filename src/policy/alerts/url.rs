@@ -1,0 +1,117 @@
+//! The `--prometheus-url` an operator gives, read once: where requests go,
+//! which credentials they carry, and how the URL is shown without them.
+
+/// A Prometheus base URL, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BaseUrl {
+    /// scheme://host[:port][/prefix] with no credentials and no trailing
+    /// slash: API paths are appended to it, and reasons show it.
+    pub base: String,
+    pub tls: bool,
+    /// User and password from `user:password@host`, decoded, for basic auth
+    /// (as Go's HTTP client, and so kured, sends them).
+    pub credentials: Option<(String, String)>,
+}
+
+/// Reads a base URL; the error says what is wrong with it, never quoting a
+/// password.
+pub(crate) fn parse(raw: &str) -> Result<BaseUrl, String> {
+    let raw = raw.trim();
+    let shown = redact(raw);
+    let uri: http::Uri = raw
+        .parse()
+        .map_err(|e| format!("the URL `{shown}` cannot be read ({e})"))?;
+    let tls = match uri.scheme_str().map(str::to_ascii_lowercase).as_deref() {
+        Some("http") => false,
+        Some("https") => true,
+        _ => {
+            return Err(format!(
+                "the URL `{shown}` must start with http:// or https://"
+            ));
+        }
+    };
+    let authority = uri
+        .authority()
+        .ok_or_else(|| format!("the URL `{shown}` names no host"))?;
+    if uri.query().is_some() {
+        return Err(format!(
+            "the URL `{shown}` must be Prometheus' base URL, without a query (?...)"
+        ));
+    }
+    let (credentials, host) = match authority.as_str().rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+            let decoded = (decode(user), decode(password));
+            match decoded {
+                (Some(user), Some(password)) => (Some((user, password)), host),
+                _ => {
+                    return Err(format!(
+                        "the URL `{shown}` has credentials that are not valid percent-encoded UTF-8"
+                    ));
+                }
+            }
+        }
+        None => (None, authority.as_str()),
+    };
+    let scheme = if tls { "https" } else { "http" };
+    let prefix = uri.path().trim_end_matches('/');
+    Ok(BaseUrl {
+        base: format!("{scheme}://{host}{prefix}"),
+        tls,
+        credentials,
+    })
+}
+
+/// The URL with its `user:password@` replaced, for messages about a URL
+/// that could not be read.
+pub(crate) fn redact(raw: &str) -> String {
+    let Some((scheme, rest)) = raw.split_once("://") else {
+        return raw.to_string();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..end].rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://***@{host}{}", &rest[end..]),
+        None => raw.to_string(),
+    }
+}
+
+/// Percent-encodes a query parameter value (everything but RFC 3986's
+/// unreserved characters), so any PromQL survives the trip.
+pub(crate) fn encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() * 3);
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Decodes `%XX` escapes; None when the result is not UTF-8. A `%` not
+/// followed by two hex digits stays as it is, as browsers do.
+fn decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            // from_str_radix alone would take a sign ("%+1").
+            .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
