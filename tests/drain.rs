@@ -377,3 +377,82 @@ async fn odd_pods_and_a_missing_manifest_dir_are_reported_and_the_rest_drains() 
     assert!(!agent.task.is_finished(), "the agent is still running");
     agent.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_completed_pod_is_not_evicted_and_its_stage_ends_when_it_completes() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    // A batch pod (priority 0, so in the first stage with the web pods)
+    // that asks, as Cluster API's label does, to be left to finish.
+    let mut job = pod_json(
+        "default",
+        "nightly-report",
+        "node-a",
+        json!({"cluster.x-k8s.io/drain": "wait-completed"}),
+    );
+    job["spec"]["restartPolicy"] = json!("Never");
+    post_pod(&sim, &job).await;
+    let plan = plan_now(&sim, "node-a").await;
+    let planned = plan
+        .pods()
+        .find(|p| p.name == "nightly-report")
+        .expect("the pod is in the plan");
+    assert_eq!(planned.action, plan::PodAction::WaitCompleted);
+    let stage_of = |name: &str| {
+        plan.stages
+            .iter()
+            .position(|s| s.pods.iter().any(|p| p.name == name))
+    };
+
+    let agent = RunningAgent::start(&sim, "node-a", None);
+    taint(&client, "node-a", "maintd.io/drain", Some("")).await;
+    agent
+        .wait_for("the batch pod named as what the drain waits for", |evs| {
+            evs.iter().any(|e| {
+                e.event == EventKind::PodBlocked
+                    && e.pod.as_deref() == Some("nightly-report")
+                    && e.message
+                        == "not evicted (label cluster.x-k8s.io/drain=wait-completed): \
+                            the drain waits for it to complete"
+            })
+        })
+        .await;
+    // Its stage's other pods go; the next stage does not start.
+    let first = stage_of("nightly-report").unwrap();
+    eventually("the rest of its stage gone", || async {
+        let left = pods_on(&client, "node-a").await;
+        left.iter().all(|p| {
+            let name = p.metadata.name.as_deref().unwrap_or("");
+            name == "nightly-report" || stage_of(name).is_none_or(|s| s != first)
+        })
+    })
+    .await;
+    let st = agent.progress.status();
+    assert_eq!(st.phase, Phase::Blocked, "{st:?}");
+    assert_eq!(st.current_stage, Some(first + 1));
+    assert!(
+        st.blockers.iter().any(|b| b.pod == "nightly-report"),
+        "the status names it: {:?}",
+        st.blockers
+    );
+    assert!(
+        !sim.state
+            .audit
+            .entries()
+            .iter()
+            .any(|e| e.verb == "evict" && e.name == "nightly-report"),
+        "it is never evicted"
+    );
+
+    // The job finishes, as its kubelet reports.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.patch_status(
+        "nightly-report",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+    )
+    .await
+    .expect("the kubelet's status update");
+    agent.wait_event(EventKind::DrainCompleted).await;
+    agent.stop().await;
+}

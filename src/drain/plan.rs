@@ -13,6 +13,11 @@
 //! - Never drained: the agent's own pod, pods opting out (`maintd.io/drain:
 //!   skip` label or annotation, `cluster.x-k8s.io/drain: skip` label), and
 //!   DaemonSet pods tolerating the drain taint (they would come straight back).
+//! - Waited for, not evicted: pods labelled (or, for maintd's key,
+//!   annotated) `maintd.io/drain: wait-completed` or
+//!   `cluster.x-k8s.io/drain: wait-completed` (Cluster API's `WaitCompleted`
+//!   drain behaviour): their stage waits until they finish, batch work that
+//!   must not be interrupted.
 //! - Completed (Succeeded/Failed) Default and DaemonSet pods are deleted up
 //!   front and never waited for. Static pods always go through their stage:
 //!   only stashing the manifest removes them, whatever their phase.
@@ -28,7 +33,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-pub use build::build_plan;
+pub use build::{WAIT_COMPLETED, build_plan, wait_completed};
 pub use entry::{PlanEntry, PlanError, PodType, validate_entries};
 pub use pod::{
     DEFAULT_GRACE_SECONDS, OwnerRef, PodInfo, SYSTEM_CLUSTER_CRITICAL, SYSTEM_NODE_CRITICAL,
@@ -136,6 +141,9 @@ pub enum PodAction {
     WaitTerminating,
     /// Completed: delete, don't wait.
     Delete,
+    /// Labelled `wait-completed`: not evicted; its stage waits until it
+    /// finishes (or is deleted at a shutdown's deadline).
+    WaitCompleted,
 }
 
 /// Something an operator should know about a drained pod.

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::Drainer;
 use crate::cluster::EvictionOutcome;
 use crate::drain::budget_watches::BudgetHold;
-use crate::drain::plan::{PlannedPod, PodAction, PodType};
+use crate::drain::plan::{PlannedPod, PodAction, PodInfo, PodType};
 use crate::drain::progress::{DrainEvent, EventKind, PodState};
 use crate::index::Backoff;
 
@@ -48,6 +48,16 @@ impl Drainer {
             }
         } else if pod.action == PodAction::WaitTerminating {
             self.set_pod(&pod.uid, PodState::Terminating, None);
+        } else if pod.action == PodAction::WaitCompleted {
+            // Completed, or cancelled: nothing more to do here. Deleted
+            // instead: waited for below, as any pod on its way out.
+            if self
+                .wait_completed(number, &pod, &cancel, &stop_evicting)
+                .await
+                != Some(false)
+            {
+                return;
+            }
         } else {
             let mut backoff = Backoff::with(250, 3_000);
             let mut last_blocker: Option<String> = None;
@@ -141,6 +151,46 @@ impl Drainer {
         p.emit(event(EventKind::PodGone, String::new()));
     }
 
+    /// A `wait-completed` pod: named as what the stage waits for until it
+    /// finishes. Some(true): it completed (the next plan deletes it as any
+    /// completed pod); Some(false): it was deleted instead (a shutdown's
+    /// deadline) and is to be waited for as any pod on its way out; None:
+    /// cancelled.
+    async fn wait_completed(
+        &self,
+        number: usize,
+        pod: &PlannedPod,
+        cancel: &CancellationToken,
+        stop_evicting: &CancellationToken,
+    ) -> Option<bool> {
+        let why = self
+            .pods
+            .get(&pod.uid)
+            .and_then(|o| crate::drain::plan::wait_completed(&PodInfo::from_json(&o)))
+            .unwrap_or_else(|| format!("drain={}", crate::drain::plan::WAIT_COMPLETED));
+        let reason = format!("not evicted ({why}): the drain waits for it to complete");
+        self.set_pod(&pod.uid, PodState::Blocked, Some(reason.clone()));
+        self.refresh_blockers();
+        let p = &self.progress;
+        p.emit(pod_event(p, number, pod, EventKind::PodBlocked, reason));
+        let uid = pod.uid.clone();
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => None,
+            _ = stop_evicting.cancelled() => Some(false),
+            _ = self.pods.wait_until(move |i| i.get(&uid).is_none_or(|o| finished(&o))) => {
+                if self.pods.contains(&pod.uid) {
+                    self.set_pod(&pod.uid, PodState::Gone, None);
+                    self.refresh_blockers();
+                    p.emit(pod_event(p, number, pod, EventKind::PodGone, "completed".into()));
+                    Some(true)
+                } else {
+                    Some(false)
+                }
+            }
+        }
+    }
+
     /// Waits until the pod is gone; false if cancelled first. A pod still
     /// there well past its grace period is named as a blocker, with what
     /// holds it, while the wait goes on.
@@ -225,6 +275,14 @@ impl Drainer {
             format!("still terminating past its grace period{finalizers}")
         }
     }
+}
+
+/// Whether a pod has run to its end (Succeeded or Failed).
+fn finished(obj: &Value) -> bool {
+    matches!(
+        obj["status"]["phase"].as_str(),
+        Some("Succeeded" | "Failed")
+    )
 }
 
 /// "; held by finalizers a, b" when the pod has finalizers, else "".

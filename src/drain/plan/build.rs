@@ -182,9 +182,9 @@ fn skip_reason(pod: &PodInfo, opts: &PlanOptions) -> Option<SkipReason> {
     None
 }
 
-/// An opt-out key with a value other than `skip`, which does not opt out.
-fn odd_opt_out(pod: &PodInfo) -> Option<String> {
-    let found = [
+/// The opt-out keys a pod carries, with where and their value.
+fn opt_out_values(pod: &PodInfo) -> [(&'static str, &'static str, Option<&String>); 3] {
+    [
         ("label", OPT_OUT_KEY, pod.labels.get(OPT_OUT_KEY)),
         ("annotation", OPT_OUT_KEY, pod.annotations.get(OPT_OUT_KEY)),
         (
@@ -192,14 +192,33 @@ fn odd_opt_out(pod: &PodInfo) -> Option<String> {
             CAPI_OPT_OUT_LABEL,
             pod.labels.get(CAPI_OPT_OUT_LABEL),
         ),
-    ];
-    found.into_iter().find_map(|(source, key, value)| {
-        value.filter(|v| *v != "skip").map(|v| {
-            format!(
-                "{source} {key}={v:?} does not opt out (only \"skip\" does); the pod is drained"
-            )
+    ]
+}
+
+/// The value that makes a pod waited for instead of evicted.
+pub const WAIT_COMPLETED: &str = "wait-completed";
+
+/// Where a pod asks to be waited for until it completes, e.g.
+/// `label cluster.x-k8s.io/drain=wait-completed`.
+pub fn wait_completed(pod: &PodInfo) -> Option<String> {
+    opt_out_values(pod)
+        .into_iter()
+        .find(|(_, _, v)| v.is_some_and(|v| v == WAIT_COMPLETED))
+        .map(|(source, key, _)| format!("{source} {key}={WAIT_COMPLETED}"))
+}
+
+/// An opt-out key with a value other than `skip` or `wait-completed`,
+/// which does not opt out.
+fn odd_opt_out(pod: &PodInfo) -> Option<String> {
+    opt_out_values(pod)
+        .into_iter()
+        .find_map(|(source, key, value)| {
+            value.filter(|v| *v != "skip" && *v != WAIT_COMPLETED).map(|v| {
+                format!(
+                    "{source} {key}={v:?} does not opt out (only \"skip\" does; \"{WAIT_COMPLETED}\" waits for it to finish); the pod is drained"
+                )
+            })
         })
-    })
 }
 
 fn tolerates_drain_taint(pod: &PodInfo, opts: &PlanOptions) -> bool {
@@ -227,6 +246,8 @@ fn planned(pod: &PodInfo, pod_type: PodType) -> PlannedPod {
         priority: pod.priority,
         action: if pod.deleting {
             PodAction::WaitTerminating
+        } else if pod_type != PodType::Static && wait_completed(pod).is_some() {
+            PodAction::WaitCompleted
         } else {
             PodAction::Evict
         },

@@ -195,9 +195,9 @@ fn an_opt_out_key_with_another_value_is_drained_with_a_warning() {
     assert_eq!(
         plan.warnings,
         [
-            "pod ns/a: label maintd.io/drain=\"Skip\" does not opt out (only \"skip\" does); the pod is drained",
-            "pod ns/b: annotation maintd.io/drain=\"true\" does not opt out (only \"skip\" does); the pod is drained",
-            "pod ns/c: label cluster.x-k8s.io/drain=\"no\" does not opt out (only \"skip\" does); the pod is drained",
+            "pod ns/a: label maintd.io/drain=\"Skip\" does not opt out (only \"skip\" does; \"wait-completed\" waits for it to finish); the pod is drained",
+            "pod ns/b: annotation maintd.io/drain=\"true\" does not opt out (only \"skip\" does; \"wait-completed\" waits for it to finish); the pod is drained",
+            "pod ns/c: label cluster.x-k8s.io/drain=\"no\" does not opt out (only \"skip\" does; \"wait-completed\" waits for it to finish); the pod is drained",
         ]
     );
     let drained: Vec<&str> = plan
@@ -206,4 +206,33 @@ fn an_opt_out_key_with_another_value_is_drained_with_a_warning() {
         .flat_map(|s| s.pods.iter().map(|p| p.name.as_str()))
         .collect();
     assert_eq!(drained, ["a", "b", "c", "e"]);
+}
+
+#[test]
+fn wait_completed_pods_stay_in_their_stage_to_be_waited_for_not_evicted() {
+    let pods = vec![
+        pod("a").label("maintd.io/drain", "wait-completed"),
+        pod("b").annot("maintd.io/drain", "wait-completed"),
+        pod("c").label("cluster.x-k8s.io/drain", "wait-completed"),
+        // An annotation under Cluster API's key is not its rule (a label).
+        pod("d").annot("cluster.x-k8s.io/drain", "wait-completed"),
+        // Finished already: deleted as any completed pod.
+        pod("e")
+            .label("maintd.io/drain", "wait-completed")
+            .phase("Succeeded"),
+    ];
+    let plan = build_plan(&pods, None, &PlanOptions::default());
+    let actions: Vec<(&str, PodAction)> =
+        plan.pods().map(|p| (p.name.as_str(), p.action)).collect();
+    assert_eq!(
+        actions,
+        [
+            ("e", PodAction::Delete),
+            ("a", PodAction::WaitCompleted),
+            ("b", PodAction::WaitCompleted),
+            ("c", PodAction::WaitCompleted),
+            ("d", PodAction::Evict),
+        ]
+    );
+    assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
 }
