@@ -9,6 +9,7 @@ use common::kubectl::Kubectl;
 use std::path::Path;
 use std::time::Duration;
 
+use maintd::drain::progress::EventKind;
 use maintd::sim::{SimCluster, SimConfig, scenario};
 
 async fn realistic() -> SimCluster {
@@ -456,4 +457,87 @@ async fn kubectl_applies_workloads_and_watches_them_roll_out() {
         ["pod/db-0", "pod/db-1"],
         "{pods}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncordon_mid_drain_is_undone_and_the_event_names_who_did_it_when_the_node_says() {
+    let sim = common::scenario("small.yaml").await;
+    let k = Kubectl::new(&sim);
+    // A budget that allows no disruption keeps the drain going.
+    k.apply_yaml(
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: api, namespace: default}\n\
+         spec: {maxUnavailable: 0, selector: {matchLabels: {app: api}}}\n",
+    )
+    .await;
+    let agent = common::agent::RunningAgent::start(&sim, "node-a", None);
+    common::taint(&sim.client(), "node-a", "maintd.io/drain", Some("")).await;
+    agent
+        .wait_for("the api pods blocked by their budget", |evs| {
+            evs.iter().any(|e| {
+                e.event == EventKind::PodBlocked
+                    && e.pod.as_deref().is_some_and(|p| p.starts_with("api-"))
+            })
+        })
+        .await;
+    assert!(common::is_cordoned(&sim.client(), "node-a").await);
+
+    // kubectl uncordon removes the field, which leaves no owner to name.
+    k.ok(&["uncordon", "node-a"]).await;
+    agent.wait_event(EventKind::NodeRecordoned).await;
+    assert!(
+        common::is_cordoned(&sim.client(), "node-a").await,
+        "cordoned again"
+    );
+    // A client that writes `unschedulable: false` owns it, and is named.
+    k.ok(&[
+        "patch",
+        "node",
+        "node-a",
+        "-p",
+        r#"{"spec":{"unschedulable":false}}"#,
+    ])
+    .await;
+    agent
+        .wait_for("a second re-cordon", |evs| {
+            evs.iter()
+                .filter(|e| e.event == EventKind::NodeRecordoned)
+                .count()
+                == 2
+        })
+        .await;
+    assert!(common::is_cordoned(&sim.client(), "node-a").await);
+
+    // What `kubectl get events` shows on a real cluster (the agent writes
+    // events.k8s.io/v1 Events; the API server serves them as core/v1 too).
+    let recorded = || async {
+        let (_, list) = common::raw(&sim, "GET", "/apis/events.k8s.io/v1/events", "", vec![]).await;
+        let mut notes: Vec<String> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["reason"] == "Recordoned")
+            .filter_map(|e| e["note"].as_str().map(String::from))
+            .collect();
+        notes.sort();
+        notes
+    };
+    common::eventually("both Recordoned Events recorded", || async {
+        recorded().await.len() == 2
+    })
+    .await;
+    let notes = recorded().await;
+    assert!(
+        notes.iter().any(|n| n.starts_with(
+            "the node was uncordoned (by a client the Node's managedFields do not name"
+        )),
+        "{notes:?}"
+    );
+    assert!(
+        notes.iter().any(
+            |n| n.starts_with("the node was uncordoned by kubectl-patch (at ")
+                && n.ends_with("while maintd drains it; cordoned it again")
+        ),
+        "{notes:?}"
+    );
+    agent.stop().await;
 }

@@ -20,6 +20,7 @@ use crate::logind::BusAddress;
 use crate::trigger::local::LocalRequests;
 use crate::trigger::maintenance::MaintenanceTrigger;
 
+mod cordon;
 mod fleet;
 pub use fleet::AgentDrain;
 mod medik8s;

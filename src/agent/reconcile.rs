@@ -61,6 +61,8 @@ pub(super) struct Reconciler {
     pub(super) hold: Option<crate::policy::Hold>,
     /// Stops the questions to Prometheus, while they are asked.
     pub(super) asking: Option<CancellationToken>,
+    /// Cordoning the node again after someone uncordoned it mid-drain.
+    pub(super) recordon: Option<JoinHandle<()>>,
 }
 
 /// What woke the loop.
@@ -110,6 +112,7 @@ impl Reconciler {
             started: Instant::now(),
             hold: None,
             asking: None,
+            recordon: None,
         }
     }
 
@@ -127,6 +130,7 @@ impl Reconciler {
             // the drain's state on every wake-up.
             self.shutdown_step().await;
             self.judge(&stop);
+            self.keep_cordoned();
             self.medik8s_step();
             let timer = [self.release_retry, self.shutdown_timer(), self.hold_until()]
                 .into_iter()
@@ -143,6 +147,7 @@ impl Reconciler {
                 slot_taking,
                 medik8s_release,
                 probe,
+                recordon,
                 ..
             } = &mut self;
             let wake = tokio::select! {
@@ -184,6 +189,7 @@ impl Reconciler {
                 } => Wake::Slot(r.map(Box::new)),
                 r = finished(medik8s_release) => Wake::Medik8s(r),
                 _ = finished(probe) => Wake::Look,
+                _ = finished(recordon) => Wake::Look,
                 _ = stop.cancelled() => {
                     if let Some(r) = self.running.take() {
                         r.stop();

@@ -32,6 +32,9 @@ pub struct DrainEvent {
 pub enum EventKind {
     DrainStarted,
     NodeMarked,
+    /// Someone uncordoned the node mid-drain and maintd cordoned it again;
+    /// the message names who, from the Node's managedFields.
+    NodeRecordoned,
     StageStarted,
     PodEvicting,
     PodEvicted,

@@ -106,6 +106,7 @@ fn translate(
             )
         }
         EventKind::Warning => on_node("DrainWarning", "Warning", ev.message.clone()),
+        EventKind::NodeRecordoned => on_node("Recordoned", "Warning", ev.message.clone()),
         EventKind::DrainWaiting if !ev.message.is_empty() => {
             on_node("DrainWaiting", "Normal", ev.message.clone())
         }
