@@ -294,6 +294,16 @@ pub fn render_status(st: &Value) -> String {
         "last error",
         d["last_error"].as_str().unwrap_or("none").to_string(),
     ));
+    let sp = &st["static_pods"];
+    if let Some(dir) = sp["dir"].as_str() {
+        rows.push((
+            "static pods",
+            format!("{dir} ({})", sp["from"].as_str().unwrap_or("?")),
+        ));
+    }
+    if let Some(w) = sp["warning"].as_str() {
+        rows.push(("warning", w.to_string()));
+    }
     let mut out = String::new();
     for (k, v) in rows {
         out.push_str(&format!("{k:<15} {v}\n"));

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::drain::executor::TimeoutPolicy;
+use crate::drain::static_path::StaticPodDir;
 
 /// Flags of `maintd run` (and the agent part of `maintd demo`).
 #[derive(Debug, Clone, clap::Args)]
@@ -23,13 +24,15 @@ pub struct AgentArgs {
         value_delimiter = ','
     )]
     pub drain_taints: Vec<String>,
-    /// The kubelet's static pod directory.
-    #[arg(
-        long,
-        env = "MAINTD_STATIC_POD_DIR",
-        default_value = "/etc/kubernetes/manifests"
-    )]
-    pub static_pod_dir: PathBuf,
+    /// The kubelet's static pod directory. Default: the kubelet's own
+    /// `staticPodPath` (see --kubelet-config), else /etc/kubernetes/manifests.
+    #[arg(long, env = "MAINTD_STATIC_POD_DIR")]
+    pub static_pod_dir: Option<PathBuf>,
+    /// The kubelet's config file, read for its staticPodPath. Default: the
+    /// first of kubeadm's /var/lib/kubelet/config.yaml, k3s' and RKE2's
+    /// kubelet.conf.d defaults that exists.
+    #[arg(long, env = "MAINTD_KUBELET_CONFIG")]
+    pub kubelet_config: Option<PathBuf>,
     /// Where static pod manifests are kept during maintenance; must be on
     /// the same filesystem. Default: beside the static pod directory.
     #[arg(long, env = "MAINTD_STATIC_POD_STASH")]
@@ -101,7 +104,8 @@ pub struct Config {
     pub node: String,
     pub own_pod: Option<(String, String)>,
     pub drain_taints: Vec<String>,
-    pub static_pod_dir: PathBuf,
+    /// The static pod directory, and how it was chosen.
+    pub static_pods: StaticPodDir,
     pub static_pod_stash: Option<PathBuf>,
     pub concurrency: usize,
     pub stage_timeout: Option<Duration>,
@@ -275,7 +279,10 @@ impl AgentArgs {
             node,
             own_pod,
             drain_taints,
-            static_pod_dir: self.static_pod_dir,
+            static_pods: crate::drain::static_path::resolve(
+                self.static_pod_dir,
+                self.kubelet_config.as_deref(),
+            ),
             static_pod_stash: self.static_pod_stash,
             concurrency: self.concurrency,
             stage_timeout: (self.stage_timeout_seconds > 0)
@@ -292,7 +299,7 @@ impl Config {
             node: node.to_string(),
             own_pod: None,
             drain_taints: vec!["maintd.io/drain".into()],
-            static_pod_dir,
+            static_pods: StaticPodDir::given(static_pod_dir),
             static_pod_stash: None,
             concurrency: 256,
             stage_timeout: None,

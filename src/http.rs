@@ -46,6 +46,8 @@ pub struct Endpoint {
     pub metrics: Arc<Metrics>,
     /// FleetLock (Zincati): served on the local listener only.
     pub fleetlock: Option<Arc<crate::fleetlock::FleetLock<crate::agent::AgentDrain>>>,
+    /// The static pod directory, and how it was chosen.
+    pub static_pods: crate::drain::static_path::StaticPodDir,
 }
 
 /// The body of `POST /v1/drain`.
@@ -91,6 +93,7 @@ impl Endpoint {
             "drain": st,
             "inhibitor": self.inhibitor.as_ref().map(|i| i.borrow().clone()),
             "local_request": self.local_requests.status(),
+            "static_pods": self.static_pods,
             "watches": self.watches_json(),
         })
     }

@@ -72,12 +72,11 @@ enum Command {
     /// Put static pod manifests that maintd stashed back into the kubelet's
     /// directory (for a boot-time unit ordered before kubelet.service).
     RestoreStaticPods {
-        #[arg(
-            long,
-            env = "MAINTD_STATIC_POD_DIR",
-            default_value = "/etc/kubernetes/manifests"
-        )]
-        static_pod_dir: PathBuf,
+        /// Default: the kubelet's staticPodPath, as `maintd run` finds it.
+        #[arg(long, env = "MAINTD_STATIC_POD_DIR")]
+        static_pod_dir: Option<PathBuf>,
+        #[arg(long, env = "MAINTD_KUBELET_CONFIG")]
+        kubelet_config: Option<PathBuf>,
         #[arg(long, env = "MAINTD_STATIC_POD_STASH")]
         static_pod_stash: Option<PathBuf>,
     },
@@ -324,10 +323,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::RestoreStaticPods {
             static_pod_dir,
+            kubelet_config,
             static_pod_stash,
         } => {
-            let stash =
-                maintd::drain::static_pods::StaticPodStash::new(static_pod_dir, static_pod_stash);
+            let dir =
+                maintd::drain::static_path::resolve(static_pod_dir, kubelet_config.as_deref());
+            if let Some(w) = &dir.warning {
+                eprintln!("warning: {w}");
+            }
+            let stash = maintd::drain::static_pods::StaticPodStash::new(dir.dir, static_pod_stash);
             let report = stash.restore().context("restoring static pod manifests")?;
             if let Some(r) = &report.recovered {
                 println!("finished {r}");

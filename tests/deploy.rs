@@ -332,6 +332,19 @@ fn daemonset_runs_everywhere_with_what_the_agent_needs_and_little_else() {
         "the static pod directory and its stash share one mount"
     );
 
+    // The kubelet's config, for its staticPodPath: that file only, read-only.
+    let kubelet = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == maintd::drain::static_path::KUBELET_CONFIGS[0])
+        .expect("the kubelet config is mounted where the agent looks");
+    assert_eq!(kubelet.read_only, Some(true));
+    assert_eq!(
+        host_path(&kubelet.name).as_deref(),
+        Some(maintd::drain::static_path::KUBELET_CONFIGS[0])
+    );
+
     let sc = c.security_context.as_ref().unwrap();
     assert_eq!(sc.allow_privilege_escalation, Some(false));
     assert_eq!(sc.read_only_root_filesystem, Some(true));

@@ -456,3 +456,38 @@ async fn a_wait_completed_pod_is_not_evicted_and_its_stage_ends_when_it_complete
     agent.wait_event(EventKind::DrainCompleted).await;
     agent.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_flag_the_kubelets_static_pod_path_is_followed() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    let dir = sim.static_pod_dir("node-a").unwrap();
+    // A k3s-style kubelet drop-in naming the sim's directory for node-a.
+    let etc = tempfile::tempdir().unwrap();
+    let kubelet_config = etc.path().join("00-k3s-defaults.conf");
+    std::fs::write(
+        &kubelet_config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: {}\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let mut config = maintd::config::Config::for_node("node-a", "/etc/kubernetes/manifests".into());
+    config.static_pods = maintd::drain::static_path::resolve(None, Some(&kubelet_config));
+    assert_eq!(config.static_pods.dir, dir);
+    let agent = RunningAgent::start_with(config, sim.client_with(false));
+    taint(&client, "node-a", "maintd.io/drain", Some("x")).await;
+    agent.wait_event(EventKind::DrainCompleted).await;
+    assert!(
+        dir_files(&dir).is_empty(),
+        "the manifest left the directory the kubelet's config names"
+    );
+    assert!(
+        pods_on(&client, "node-a")
+            .await
+            .iter()
+            .all(|p| !is_mirror(p))
+    );
+    agent.stop().await;
+}

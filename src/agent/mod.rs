@@ -57,7 +57,7 @@ impl Agent {
         let budgets = BudgetWatches::new(client.clone(), guard);
         let ops = ClusterOps::new(client, &config.node);
         let stash = Some(StaticPodStash::new(
-            config.static_pod_dir.clone(),
+            config.static_pods.dir.clone(),
             config.static_pod_stash.clone(),
         ));
         Agent {
@@ -253,6 +253,12 @@ impl Agent {
         recorder.spawn(stop.clone());
         self.start_endpoints(&stop, inhibitor, metrics).await;
         tracing::info!(node = %self.config.node, "watching the node and its pods");
+        let sp = &self.config.static_pods;
+        tracing::info!(dir = %sp.dir.display(), from = %sp.from, "static pod directory");
+        if let Some(w) = &sp.warning {
+            // Logged, a Warning Event on the Node, and in the status.
+            self.warn(w.clone());
+        }
         reconcile::Reconciler::new(self, shutdown).run(stop).await;
     }
 
@@ -323,6 +329,7 @@ impl Agent {
             local_requests: self.local.clone(),
             metrics,
             fleetlock: Some(self.fleetlock(stop)),
+            static_pods: self.config.static_pods.clone(),
         };
         crate::http::start(ep, self.config.listen, self.config.listen_local, stop).await;
     }

@@ -16,4 +16,5 @@ pub mod plan;
 pub mod budget_watches;
 pub mod executor;
 pub mod progress;
+pub mod static_path;
 pub mod static_pods;
