@@ -6,6 +6,9 @@
 //! and, on a fresh cluster with the same pods, the time
 //! `kubectl drain --ignore-daemonsets --delete-emptydir-data` takes for the
 //! pods it drains, against maintd's time for the same pods.
+//! The disruption controller recomputes budgets with the simulator's
+//! default lag (300 ms), and then with a busy cluster's 2 s; the ideal
+//! counts that lag once per budget-paced round.
 //! Run with `cargo bench --bench drain`.
 
 use std::collections::BTreeMap;
@@ -21,10 +24,14 @@ use maintd::sim::resources::Gr;
 use maintd::sim::{SimCluster, SimConfig, meta, scenario};
 use serde_json::{Value, json};
 
-async fn cluster() -> SimCluster {
+async fn cluster(lag: Duration) -> SimCluster {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/realistic.yaml");
     let sc = scenario::load(&path).expect("scenario");
-    let sim = SimCluster::start_with_scenario(SimConfig::default(), &sc)
+    let config = SimConfig {
+        disruption_lag: lag,
+        ..SimConfig::default()
+    };
+    let sim = SimCluster::start_with_scenario(config, &sc)
         .await
         .expect("sim");
     sim.wait_settled(Duration::from_secs(60))
@@ -38,8 +45,9 @@ fn secs(obj: &Value, key: &str) -> f64 {
 }
 
 /// The ideal time of the default plan on node-a, from the pods, their
-/// ReplicaSets' replacement start-up times and their budgets.
-fn ideal(sim: &SimCluster) -> (f64, f64, Vec<(String, f64)>) {
+/// ReplicaSets' replacement start-up times, their budgets and the
+/// disruption controller's `lag` (once per budget-paced round).
+fn ideal(sim: &SimCluster, lag: f64) -> (f64, f64, Vec<(String, f64)>) {
     let store = sim.state.store();
     let pods: Vec<Value> = store
         .list(&Gr::pods(), None)
@@ -86,7 +94,7 @@ fn ideal(sim: &SimCluster) -> (f64, f64, Vec<(String, f64)>) {
                     .iter()
                     .map(|p| secs(p, "sim.maintd.io/startup-seconds"))
                     .fold(0.0, f64::max);
-                (rounds - 1.0) * startup + shutdown
+                (rounds - 1.0) * (startup + lag) + shutdown
             } else {
                 shutdown
             };
@@ -109,11 +117,16 @@ async fn taint(sim: &SimCluster) {
     let _: Value = sim.client().request(req).await.expect("taint");
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    // maintd, whole plan.
-    let sim = cluster().await;
-    let (ideal_all, ideal_default, ideal_stages) = ideal(&sim);
+/// What one drain by maintd took.
+struct Run {
+    whole: Duration,
+    /// Until the first stage of DaemonSet or static pods started.
+    default_done: Duration,
+    stage_times: Vec<f64>,
+}
+
+/// maintd drains node-a, whole plan, on a fresh cluster.
+async fn maintd_drain(sim: &SimCluster) -> Run {
     let mut stage_times: Vec<f64> = Vec::new();
     let mut stage_start = Instant::now();
     let agent = Agent::new(
@@ -124,7 +137,7 @@ async fn main() {
     let stop = tokio_util::sync::CancellationToken::new();
     tokio::spawn(agent.run(stop.clone()));
     let start = Instant::now();
-    taint(&sim).await;
+    taint(sim).await;
     let mut default_done = Duration::ZERO;
     loop {
         let ev = events.recv().await.expect("events");
@@ -144,12 +157,37 @@ async fn main() {
             break;
         }
     }
-    let measured = start.elapsed();
+    let whole = start.elapsed();
     stop.cancel();
+    Run {
+        whole,
+        default_done,
+        stage_times,
+    }
+}
+
+const BUSY_LAG: Duration = Duration::from_secs(2);
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let lag = SimConfig::default().disruption_lag;
+    let sim = cluster(lag).await;
+    let (ideal_all, ideal_default, ideal_stages) = ideal(&sim, lag.as_secs_f64());
+    let Run {
+        whole: measured,
+        default_done,
+        stage_times,
+    } = maintd_drain(&sim).await;
+    drop(sim);
+
+    // The same with a busy cluster's disruption controller.
+    let sim = cluster(BUSY_LAG).await;
+    let (busy_ideal, _, _) = ideal(&sim, BUSY_LAG.as_secs_f64());
+    let busy = maintd_drain(&sim).await;
     drop(sim);
 
     // kubectl drain on a fresh cluster with the same pods.
-    let sim = cluster().await;
+    let sim = cluster(lag).await;
     let kc = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(kc.path(), sim.kubeconfig()).unwrap();
     let cache = tempfile::tempdir().unwrap();
@@ -172,7 +210,10 @@ async fn main() {
     let kubectl = start.elapsed();
     let ok = out.as_ref().map(|o| o.status.success()).unwrap_or(false);
 
-    println!("drain of node-a, realistic scenario (110 pods)");
+    println!(
+        "drain of node-a, realistic scenario (110 pods), disruption controller lag {:.1} s",
+        lag.as_secs_f64()
+    );
     println!("  ideal, whole plan              {ideal_all:8.2} s");
     println!(
         "  maintd, whole plan             {:8.2} s   ratio to ideal {:.3}",
@@ -202,4 +243,14 @@ async fn main() {
             stage_times.get(i).copied().unwrap_or(f64::NAN)
         );
     }
+    println!(
+        "with a disruption controller {:.0} s behind (a busy cluster):",
+        BUSY_LAG.as_secs_f64()
+    );
+    println!("  ideal, whole plan              {busy_ideal:8.2} s");
+    println!(
+        "  maintd, whole plan             {:8.2} s   ratio to ideal {:.3}",
+        busy.whole.as_secs_f64(),
+        busy.whole.as_secs_f64() / busy_ideal
+    );
 }

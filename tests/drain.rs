@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, WatchEvent, WatchParams};
 use maintd::drain::plan::{self, PlanOptions, PodInfo, PodType};
 use maintd::drain::progress::{EventKind, Phase};
-use maintd::sim::SimCluster;
+use maintd::sim::{SimCluster, SimConfig};
 use serde_json::json;
 
 /// The plan the agent will run, from the pods on the node now.
@@ -31,7 +31,31 @@ async fn plan_now(sim: &SimCluster, node: &str) -> plan::DrainPlan {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stages_run_in_order_each_waiting_for_the_last_to_be_gone() {
-    let sim = scenario("realistic.yaml").await;
+    drains_in_order(scenario("realistic.yaml").await, PATIENCE).await;
+}
+
+/// On a busy cluster the disruption controller lags: a budget's status
+/// says a replacement is not counted yet for seconds after it is Ready.
+/// The drain still finishes, stage after stage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_disruption_controller_two_seconds_behind_the_drain_still_completes_in_order() {
+    let config = SimConfig {
+        disruption_lag: std::time::Duration::from_secs(2),
+        ..SimConfig::default()
+    };
+    // Each budget-paced round waits up to 2 s more for the controller.
+    let patience = std::time::Duration::from_secs(180);
+    let started = std::time::Instant::now();
+    drains_in_order(scenario_with("realistic.yaml", config).await, patience).await;
+    println!(
+        "drained in {:.1}s with a 2 s disruption lag",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Drains node-a of `sim` and checks that every stage's pods were gone
+/// before the next stage's first eviction, and that every planned pod went.
+async fn drains_in_order(sim: SimCluster, patience: std::time::Duration) {
     let client = sim.client();
     let plan = plan_now(&sim, "node-a").await;
     assert!(
@@ -76,7 +100,11 @@ async fn stages_run_in_order_each_waiting_for_the_last_to_be_gone() {
 
     let agent = RunningAgent::start(&sim, "node-a", None);
     taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
-    agent.wait_event(EventKind::DrainCompleted).await;
+    agent
+        .wait_for_within("DrainCompleted", patience, |evs| {
+            evs.iter().any(|e| e.event == EventKind::DrainCompleted)
+        })
+        .await;
 
     // Evictions, in the API's own order (the store's resourceVersion).
     let evictions: Vec<(String, u64)> = sim
@@ -488,6 +516,56 @@ async fn without_a_flag_the_kubelets_static_pod_path_is_followed() {
             .await
             .iter()
             .all(|p| !is_mirror(p))
+    );
+    agent.stop().await;
+}
+
+/// Without budgets, nothing refuses an eviction: the drain sends exactly
+/// one per pod, and waits for each pod to be gone rather than asking again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_without_budgets_sends_exactly_one_eviction_per_pod() {
+    let sim = scenario("realistic.yaml").await;
+    let client = sim.client();
+    let budgets: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> = Api::all(client.clone());
+    for b in budgets.list(&Default::default()).await.unwrap() {
+        let ns = b.metadata.namespace.unwrap();
+        let api: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+            Api::namespaced(client.clone(), &ns);
+        api.delete(&b.metadata.name.unwrap(), &Default::default())
+            .await
+            .unwrap();
+    }
+    let plan = plan_now(&sim, "node-a").await;
+    let evicted: Vec<String> = plan
+        .pods()
+        .filter(|p| p.action == plan::PodAction::Evict && p.pod_type != PodType::Static)
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect();
+    assert!(evicted.len() > 50, "{}", evicted.len());
+
+    let agent = RunningAgent::start(&sim, "node-a", None);
+    taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
+    agent.wait_event(EventKind::DrainCompleted).await;
+    let mut sent: HashMap<String, usize> = HashMap::new();
+    for e in sim.state.audit.entries() {
+        if e.verb == "evict" {
+            *sent
+                .entry(format!("{}/{}", e.namespace, e.name))
+                .or_default() += 1;
+        }
+    }
+    let more_than_once: Vec<_> = sent.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        more_than_once.is_empty(),
+        "evicted more than once: {more_than_once:?}"
+    );
+    let mut sent: Vec<String> = sent.into_keys().collect();
+    sent.sort();
+    let mut want = evicted;
+    want.sort();
+    assert_eq!(
+        sent, want,
+        "one eviction for each planned pod, and no other"
     );
     agent.stop().await;
 }

@@ -78,7 +78,18 @@ impl RunningAgent {
     /// timeout, the panic shows the agent's status (stage, blockers, last
     /// error), so a failure in CI says where the drain stood.
     pub async fn wait_for(&self, what: &str, check: impl Fn(&[DrainEvent]) -> bool) {
-        let deadline = tokio::time::Instant::now() + super::PATIENCE;
+        self.wait_for_within(what, super::PATIENCE, check).await;
+    }
+
+    /// [`RunningAgent::wait_for`], with a patience of its own (for drains
+    /// that are slow by design).
+    pub async fn wait_for_within(
+        &self,
+        what: &str,
+        patience: std::time::Duration,
+        check: impl Fn(&[DrainEvent]) -> bool,
+    ) {
+        let deadline = tokio::time::Instant::now() + patience;
         while tokio::time::Instant::now() < deadline {
             if check(&self.events.lock().unwrap()) {
                 return;

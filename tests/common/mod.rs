@@ -114,11 +114,17 @@ pub async fn raw(
 
 /// A simulated cluster seeded from one of the shipped scenarios, settled.
 pub async fn scenario(name: &str) -> SimCluster {
+    scenario_with(name, SimConfig::default()).await
+}
+
+/// [`scenario`], on a simulator with these settings (e.g. a slower
+/// disruption controller).
+pub async fn scenario_with(name: &str, config: SimConfig) -> SimCluster {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/scenarios")
         .join(name);
     let scenario = maintd::sim::scenario::load(&path).expect("the scenario loads");
-    let sim = SimCluster::start_with_scenario(SimConfig::default(), &scenario)
+    let sim = SimCluster::start_with_scenario(config, &scenario)
         .await
         .expect("the cluster starts");
     sim.wait_settled(Duration::from_secs(60))
