@@ -133,7 +133,7 @@ fn trigger(rng: &mut StdRng, node: usize, maintenances: &mut usize) -> Action {
             let target = if rng.random_bool(0.7) {
                 Target::Node(node)
             } else {
-                Target::Pool(*["a", "b"].choose(rng).unwrap_or(&"a"))
+                Target::Pool(["a", "b"].choose(rng).unwrap_or(&"a"))
             };
             let stage = if rng.random_bool(0.8) {
                 Stage::Drain

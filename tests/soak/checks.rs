@@ -32,8 +32,10 @@ const MISSES: u32 = 5;
 const LOCK_GRACE: Duration = Duration::from_secs(2);
 /// How long a drain may say Blocked without naming a blocker.
 const BLOCKER_GRACE: Duration = Duration::from_secs(1);
-/// How long the agents may take to converge once the round has ended.
-const CONVERGE_WITHIN: Duration = Duration::from_secs(40);
+/// How long the agents may take to converge once the round has ended:
+/// a watch that failed under the round's faults retries at most every
+/// 30 s, and a view must be whole before anything is undone.
+const CONVERGE_WITHIN: Duration = Duration::from_secs(45);
 
 /// What the continuous checks remember between looks.
 pub struct Watcher {

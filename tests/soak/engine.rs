@@ -15,6 +15,7 @@ mod checks;
 mod round;
 mod world;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -27,7 +28,7 @@ use round::{AgentSpec, Round};
 use world::WorldSpec;
 
 /// How many replays a failure's shrinking may take.
-const SHRINK_REPLAYS: usize = 12;
+const SHRINK_REPLAYS: usize = 8;
 /// How often the continuous checks look.
 const LOOK_EVERY: Duration = Duration::from_millis(100);
 
@@ -103,8 +104,9 @@ pub struct Failure {
     pub findings: Vec<String>,
     /// The shortest list of steps found that still fails.
     pub shortest: Vec<Step>,
-    /// Whether that list failed again when replayed.
-    pub reproduced: bool,
+    /// Whether that list failed again when replayed (None: not shrunk,
+    /// as another failure was being shrunk).
+    pub reproduced: Option<bool>,
 }
 
 /// What a soak did.
@@ -135,10 +137,10 @@ impl Report {
                 "\nround seed {} broke:\n  {}\nshortest sequence found ({}):\n",
                 f.seed,
                 f.findings.join("\n  "),
-                if f.reproduced {
-                    "fails again when replayed"
-                } else {
-                    "did not fail again when replayed: timing-dependent"
+                match f.reproduced {
+                    Some(true) => "fails again when replayed",
+                    Some(false) => "did not fail again when replayed: timing-dependent",
+                    None => "not shrunk: another failure was",
                 }
             ));
             for s in &f.shortest {
@@ -156,12 +158,14 @@ impl Report {
 /// Runs the soak.
 pub async fn run(soak: Soak) -> Report {
     let started = Instant::now();
+    let shrinking = AtomicBool::new(false);
+    let shrinking = &shrinking;
     let outcomes: Vec<(usize, Option<Failure>)> =
         futures::stream::iter((0..soak.rounds).map(|i| soak.seed.wrapping_add(i)))
             .map(|seed| async move {
                 let plan = Plan::draw(seed);
                 let count = actions::maintenances(&plan.steps);
-                (count, judge(plan).await)
+                (count, judge(plan, shrinking).await)
             })
             .buffer_unordered(soak.parallel)
             .collect()
@@ -175,14 +179,21 @@ pub async fn run(soak: Soak) -> Report {
     }
 }
 
-/// Runs a round; if it fails, shrinks it.
-async fn judge(plan: Plan) -> Option<Failure> {
+/// Runs a round; if it fails, shrinks it, unless another failure is
+/// being shrunk already (each replay is a whole round: one shrink is
+/// enough to act on, and the others keep their full list).
+async fn judge(plan: Plan, shrinking: &AtomicBool) -> Option<Failure> {
     let findings = play(&plan, &plan.steps).await;
     if findings.is_empty() {
         return None;
     }
-    eprintln!("soak round {} failed: {findings:?}; shrinking", plan.seed);
-    let (shortest, reproduced) = shrink(&plan).await;
+    eprintln!("soak round {} failed: {findings:?}", plan.seed);
+    let (shortest, reproduced) = if shrinking.swap(true, Ordering::SeqCst) {
+        (plan.steps.clone(), None)
+    } else {
+        let (shortest, reproduced) = shrink(&plan).await;
+        (shortest, Some(reproduced))
+    };
     Some(Failure {
         seed: plan.seed,
         findings,
