@@ -117,7 +117,10 @@ pub fn evict(sim: &SimState, ns: &str, name: &str, body: &Value) -> Result<(), A
         .store()
         .resource(&Gr::pods())
         .ok_or_else(|| ApiError::internal("pods are not served"))?;
-    verbs::delete(sim, &def, ns, name, &opts).map(|_| ())
+    let verdict = sim.invariants.judge_eviction(&sim.store(), ns, name);
+    verbs::delete(sim, &def, ns, name, &opts)?;
+    sim.invariants.eviction_granted(verdict);
+    Ok(())
 }
 
 /// The one budget guarding `pod`, if any: pods that are not running, or

@@ -170,6 +170,12 @@ impl SimLogind {
         state.entries.values().map(|e| e.info.clone()).collect()
     }
 
+    /// Whether a shutdown was asked for and neither cancelled nor
+    /// forgotten (it stays so once recorded, as the sim does not go down).
+    pub fn preparing_for_shutdown(&self) -> bool {
+        self.shared.state().preparing
+    }
+
     /// How many locks `Inhibit` has handed out since start (restarts included).
     pub fn locks_granted(&self) -> u64 {
         self.shared.state().next_id - 1

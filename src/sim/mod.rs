@@ -16,6 +16,7 @@ pub mod discovery;
 pub mod errors;
 pub mod eviction;
 pub mod faults;
+pub mod invariants;
 pub mod kubelet;
 pub mod logind;
 pub mod meta;

@@ -20,7 +20,7 @@ use super::audit::{AuditEntry, RequestRecord};
 use super::errors::{ApiError, success_status};
 use super::eviction;
 use super::faults::FaultyIo;
-use super::resources::ResourceDef;
+use super::resources::{Gr, ResourceDef};
 use super::select::{FieldSelector, LabelSelector};
 use super::state::SimState;
 use super::store::rv_of;
@@ -461,6 +461,10 @@ async fn resource(
                     opts.orphan = true;
                 }
                 audit.uid = sim.store().get(&t.def.gr(), &ns, name).map(|p| p["metadata"]["uid"].as_str().unwrap_or_default().to_string());
+                if t.def.gr() == Gr::pods() {
+                    let ua = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("");
+                    sim.invariants.deleting_pod(&sim.store(), &ns, name, ua);
+                }
                 let deleted = verbs::delete(sim, &t.def, &ns, name, &opts)?;
                 Ok((200, (*deleted).clone()))
             }

@@ -9,6 +9,7 @@ use serde_json::json;
 
 use super::audit::Audit;
 use super::faults::Faults;
+use super::invariants::Invariants;
 use super::resources::Gr;
 use super::resources::builtins;
 use super::store::Store;
@@ -55,6 +56,8 @@ pub struct SimState {
     store: Mutex<Store>,
     /// Faults the server is told to have (tests and benches).
     pub faults: Arc<Faults>,
+    /// Disruption safety as checked on every eviction and pod deletion.
+    pub invariants: Invariants,
     pub audit: Audit,
     /// The watches being served now.
     pub watches: super::watch::OpenWatches,
@@ -71,6 +74,7 @@ impl SimState {
         let sim = Arc::new(SimState {
             store: Mutex::new(store),
             faults: Arc::default(),
+            invariants: Invariants::new(config.disruption_lag),
             audit: Audit::new(config.audit_file.clone()),
             watches: Default::default(),
             config,

@@ -172,17 +172,18 @@ impl MaintenanceTrigger {
         evaluate(&self.index.all(), node)
     }
 
-    /// Keeps the index current until `stop`. While the CRD is missing it
-    /// checks again with a backoff capped at five minutes. A check that
-    /// fails otherwise (a 500, no answer) is retried the same way and
-    /// reported as the view's error; the agent keeps running meanwhile,
-    /// only nothing is undone until the objects are known. A 403 is a
-    /// definite answer: this agent may not read them, so the trigger is off
-    /// and says why.
+    /// Keeps the index current until `stop`. While the CRD is missing (or
+    /// may not be read) it checks again with a backoff capped at five
+    /// minutes. A check that fails otherwise (a 500, a 429, no answer) is
+    /// retried as a failed watch is, from half a second up to 30 s, and
+    /// reported as the view's error: until the objects are known nothing
+    /// is undone, so a few transient errors at start must not hold a node
+    /// drained for minutes.
     pub async fn run(self, client: kube::Client, guard: WatchGuard, stop: CancellationToken) {
-        let mut backoff = Backoff::with(5_000, 300_000);
+        let mut absent_backoff = Backoff::with(5_000, 300_000);
+        let mut error_backoff = Backoff::with(500, 30_000);
         loop {
-            match resource_exists(&client, self.path).await {
+            let backoff = match resource_exists(&client, self.path).await {
                 Ok(Presence::Present) => break,
                 Ok(Presence::Absent) => {
                     // Readiness changes with it: wake whoever judges it.
@@ -195,6 +196,7 @@ impl MaintenanceTrigger {
                             self.kind
                         );
                     }
+                    &mut absent_backoff
                 }
                 Ok(Presence::Forbidden(why)) => {
                     let why = format!(
@@ -204,12 +206,14 @@ impl MaintenanceTrigger {
                     tracing::warn!("{why}");
                     self.absent.send_replace(true);
                     self.view().note_error(why);
+                    &mut absent_backoff
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "checking for the {} CRD", self.kind);
                     self.view().note_error(e);
+                    &mut error_backoff
                 }
-            }
+            };
             tokio::select! {
                 _ = tokio::time::sleep(backoff.next_delay()) => {}
                 _ = stop.cancelled() => return,

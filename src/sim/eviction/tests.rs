@@ -113,6 +113,7 @@ fn fifty_parallel_evictions_against_a_budget_of_three_grant_exactly_three_every_
                 "round {round}"
             );
         }
+        assert_eq!(sim.invariants.violations(), Vec::<String>::new());
         let st = pdb_status(&sim, &set);
         assert_eq!(st["disruptionsAllowed"], 0, "round {round}: {st}");
         assert_eq!(
@@ -204,4 +205,48 @@ fn percentages_round_up() {
     assert_eq!(scaled(&json!(2), 10), 2);
     assert_eq!(scaled(&json!("0%"), 10), 0);
     assert_eq!(scaled(&json!("bogus"), 10), 0);
+}
+
+#[test]
+fn an_eviction_granted_on_a_status_the_live_pods_cannot_afford_is_recorded_as_a_violation() {
+    let sim = SimState::new(SimConfig::default());
+    // The status says three healthy pods and one disruption allowed, but
+    // only two are there: a budget of two has nothing to give.
+    for p in ["a", "b"] {
+        pod(&sim, p, "s");
+    }
+    budget(&sim, "b", "s", 3, 1);
+    evict(&sim, "default", "a", &json!({})).expect("granted from the status");
+    let violations = sim.invariants.violations();
+    assert_eq!(violations.len(), 1, "{violations:?}");
+    assert!(
+        violations[0].contains("default/a") && violations[0].contains("needs 2 healthy pods"),
+        "{violations:?}"
+    );
+}
+
+#[test]
+fn a_direct_deletion_explains_a_shortfall_until_the_controller_has_recounted() {
+    let sim = SimState::new(SimConfig::default());
+    for p in ["a", "b", "c"] {
+        pod(&sim, p, "s");
+    }
+    budget(&sim, "b", "s", 3, 1);
+    // Someone deletes "c" without the Eviction API; the status still
+    // allows one: the eviction of "a" is what the API server would grant.
+    sim.invariants
+        .deleting_pod(&sim.store(), "default", "c", "kubectl/v1.33");
+    remove_now(&mut sim.store(), &Gr::pods(), "default", "c", false);
+    evict(&sim, "default", "a", &json!({})).expect("granted from the status");
+    assert_eq!(sim.invariants.violations(), Vec::<String>::new());
+    let bypasses = sim.invariants.bypasses();
+    assert_eq!(bypasses.len(), 1);
+    assert_eq!(
+        (
+            bypasses[0].pod.as_str(),
+            bypasses[0].budget.as_str(),
+            bypasses[0].by.as_str()
+        ),
+        ("default/c", "default/b", "kubectl/v1.33")
+    );
 }
