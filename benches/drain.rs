@@ -7,8 +7,9 @@
 //! `kubectl drain --ignore-daemonsets --delete-emptydir-data` takes for the
 //! pods it drains, against maintd's time for the same pods.
 //! The disruption controller recomputes budgets with the simulator's
-//! default lag (300 ms), and then with a busy cluster's 2 s; the ideal
-//! counts that lag once per budget-paced round.
+//! default lag (300 ms), and then with a busy cluster's 2 s; in the ideal
+//! a budget-paced round takes the replacement's start-up or the lag,
+//! whichever is longer.
 //! Run with `cargo bench --bench drain`.
 
 use std::collections::BTreeMap;
@@ -46,7 +47,7 @@ fn secs(obj: &Value, key: &str) -> f64 {
 
 /// The ideal time of the default plan on node-a, from the pods, their
 /// ReplicaSets' replacement start-up times, their budgets and the
-/// disruption controller's `lag` (once per budget-paced round).
+/// disruption controller's `lag`.
 fn ideal(sim: &SimCluster, lag: f64) -> (f64, f64, Vec<(String, f64)>) {
     let store = sim.state.store();
     let pods: Vec<Value> = store
@@ -94,7 +95,11 @@ fn ideal(sim: &SimCluster, lag: f64) -> (f64, f64, Vec<(String, f64)>) {
                     .iter()
                     .map(|p| secs(p, "sim.maintd.io/startup-seconds"))
                     .fold(0.0, f64::max);
-                (rounds - 1.0) * (startup + lag) + shutdown
+                // A round ends when the controller has seen the
+                // replacement Ready: not before it starts up, and not
+                // before the controller's first recompute after the
+                // eviction.
+                (rounds - 1.0) * startup.max(lag) + shutdown
             } else {
                 shutdown
             };

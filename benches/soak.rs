@@ -12,7 +12,8 @@ mod common;
 mod engine;
 
 fn main() {
-    let soak = engine::Soak::from_env(1_000, 6);
+    // A seed of its own each run, printed: the long run explores.
+    let soak = engine::Soak::from_env(rand::random(), 1_000, 6);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

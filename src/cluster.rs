@@ -215,6 +215,16 @@ impl ClusterOps {
         Ok(change)
     }
 
+    /// Whether the node's cordon is still the one maintd made, as the
+    /// Node's managedFields say who set `spec.unschedulable`: someone who
+    /// uncordoned and cordoned it again since owns it now, and their cordon
+    /// stays. With no owner recorded (a server that keeps no
+    /// managedFields), maintd's note is trusted.
+    fn cordon_is_ours(&self, node: &Value) -> bool {
+        let owners = unschedulable_owners(node);
+        owners.is_empty() || owners.iter().any(|(m, _)| *m == self.manager)
+    }
+
     /// Removes maintd's taint, and uncordons the node if maintd cordoned it.
     /// A node an admin cordoned stays cordoned. Idempotent.
     pub async fn unmark(&self, taint: &TaintSpec) -> Result<NodeChange, ClusterError> {
@@ -224,7 +234,7 @@ impl ClusterOps {
             let mut patch = json!({});
             if node["metadata"]["annotations"][CORDONED_ANNOTATION].is_string() {
                 patch["metadata"]["annotations"][CORDONED_ANNOTATION] = Value::Null;
-                if node["spec"]["unschedulable"] == true {
+                if node["spec"]["unschedulable"] == true && self.cordon_is_ours(node) {
                     patch["spec"]["unschedulable"] = Value::Null;
                     change.uncordoned = true;
                 }
@@ -391,4 +401,19 @@ impl ClusterOps {
             ))),
         }
     }
+}
+
+/// Who owns the Node's `spec.unschedulable`, from its managedFields (the
+/// Node itself, not its status), with when they wrote: `(manager, time)`.
+/// A client that removed the field (as `kubectl uncordon` does) owns
+/// nothing.
+pub fn unschedulable_owners(node: &Value) -> Vec<(&str, &str)> {
+    node["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["subresource"].as_str().unwrap_or("").is_empty())
+        .filter(|e| !e["fieldsV1"]["f:spec"]["f:unschedulable"].is_null())
+        .filter_map(|e| Some((e["manager"].as_str()?, e["time"].as_str().unwrap_or("?"))))
+        .collect()
 }

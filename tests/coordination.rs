@@ -221,3 +221,35 @@ async fn a_control_plane_node_waits_while_another_is_not_ready() {
         ["cp-1"]
     );
 }
+
+/// An API server too busy to answer when a node gives its slot back: the
+/// release is tried again until it lands, rather than leaving the slot
+/// held, unrenewed, for the others to wait out until it expires.
+#[tokio::test]
+async fn a_slot_given_back_while_the_api_server_fails_is_given_back_once_it_answers() {
+    let sim = common::sim().await;
+    // Without kube's own retries, as the agent's client is.
+    let a = RebootSlots::new(sim.client_with(false), NS, "workers", 1, LONG);
+    let b = slots(&sim, "workers", 1, LONG);
+    let guard = match a
+        .acquire_with_renewal("node-a", CancellationToken::new())
+        .await
+        .unwrap()
+    {
+        Acquisition::Acquired(g) => g,
+        _ => panic!("the only slot is free"),
+    };
+    sim.state.faults.fail_requests(1.0, 503);
+    let release = tokio::spawn(guard.release());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !release.is_finished(),
+        "still trying while every call fails"
+    );
+    sim.state.faults.clear();
+    assert!(
+        release.await.unwrap().unwrap(),
+        "given back once it answers"
+    );
+    assert!(b.try_acquire("node-b").await.unwrap().is_acquired());
+}

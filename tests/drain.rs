@@ -569,3 +569,57 @@ async fn a_drain_without_budgets_sends_exactly_one_eviction_per_pod() {
     );
     agent.stop().await;
 }
+
+/// An admin who uncordons and cordons again while maintd's drain holds the
+/// node makes the cordon theirs (the Node's managedFields say who set it):
+/// ending the maintenance leaves it cordoned. Found by the chaos soak.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_who_cordons_again_mid_maintenance_keeps_the_node_cordoned_after_it() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    let agent = RunningAgent::start(&sim, "node-a", None);
+    taint(&client, "node-a", "maintd.io/drain", Some("x")).await;
+    agent.wait_event(EventKind::DrainCompleted).await;
+    assert!(is_cordoned(&client, "node-a").await);
+    // Meanwhile the agent is restarting (so nothing cordons in between).
+    agent.stop().await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let admin = PatchParams {
+        field_manager: Some("kubectl-cordon".into()),
+        ..Default::default()
+    };
+    for on in [false, true] {
+        nodes
+            .patch(
+                "node-a",
+                &admin,
+                &Patch::Merge(json!({"spec": {"unschedulable": on}})),
+            )
+            .await
+            .unwrap();
+    }
+    let agent = RunningAgent::start(&sim, "node-a", None);
+    agent.wait_event(EventKind::DrainCompleted).await;
+    taint(&client, "node-a", "maintd.io/drain", None).await;
+    agent.wait_event(EventKind::UndoCompleted).await;
+    let node = nodes.get("node-a").await.unwrap();
+    assert_eq!(
+        node.spec.as_ref().and_then(|s| s.unschedulable),
+        Some(true),
+        "the admin's cordon stays"
+    );
+    let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+    assert!(
+        taints.iter().all(|t| !t.key.starts_with("maintd.io/")),
+        "maintd's own marks are gone: {taints:?}"
+    );
+    assert!(
+        node.metadata
+            .annotations
+            .unwrap_or_default()
+            .keys()
+            .all(|k| !k.starts_with("maintd.io/")),
+        "and its note"
+    );
+    agent.stop().await;
+}

@@ -65,13 +65,8 @@ fn carries(node: &Value, taint: &TaintSpec) -> bool {
 /// 2026-11-24T10:00:00Z)`. A client that removed the field instead (as
 /// `kubectl uncordon` does) owns nothing and leaves no trace, which is said.
 pub(super) fn uncordoned_by(node: &Value) -> String {
-    let owner = node["metadata"]["managedFields"]
-        .as_array()
+    let owner = crate::cluster::unschedulable_owners(node)
         .into_iter()
-        .flatten()
-        .filter(|e| e["subresource"].as_str().unwrap_or("").is_empty())
-        .filter(|e| !e["fieldsV1"]["f:spec"]["f:unschedulable"].is_null())
-        .filter_map(|e| Some((e["manager"].as_str()?, e["time"].as_str().unwrap_or("?"))))
         .find(|(m, _)| !m.starts_with("maintd/"));
     match owner {
         Some((manager, time)) => format!(" by {manager} (at {time})"),

@@ -63,10 +63,25 @@ impl SlotGuard {
         !self.lost.load(Ordering::Relaxed)
     }
 
-    /// Stops renewing and gives the slot back.
+    /// Stops renewing and gives the slot back. A failed attempt (an API
+    /// server too busy to answer in time) is tried again, with backoff,
+    /// for as long as the hold would otherwise last: a slot that is not
+    /// given back keeps every node waiting for it until it expires. The
+    /// last error is returned once the hold has lapsed anyway.
     pub async fn release(self) -> Result<bool, CoordinationError> {
         self.renewing.cancel();
-        self.slots.release(&self.node).await
+        let lapsed = tokio::time::Instant::now() + self.slots.lease_duration();
+        let mut backoff = crate::index::Backoff::with(500, 10_000);
+        loop {
+            match self.slots.release(&self.node).await {
+                Ok(released) => return Ok(released),
+                Err(e) if tokio::time::Instant::now() < lapsed => {
+                    tracing::warn!(error = %e, slot = %self.slot, "giving back the slot failed; trying again");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 

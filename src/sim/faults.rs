@@ -71,12 +71,14 @@ impl Faults {
     /// connections work again and the ones frozen meanwhile stay dead.
     pub fn black_hole(&self, on: bool) {
         let mut s = self.settings();
-        s.black_hole = on;
         if on {
             s.frozen_below = u64::MAX;
-        } else {
+        } else if s.black_hole {
+            // Only a black hole that was on leaves dead connections behind:
+            // lifting one that was off (as `clear` does) kills nothing.
             s.frozen_below = self.next_conn.load(Ordering::SeqCst);
         }
+        s.black_hole = on;
     }
 
     /// Answers `share` (0 to 1) of requests with `code` (500, 503, 429...).

@@ -42,10 +42,10 @@ pub struct Soak {
 
 impl Soak {
     /// The defaults given, overridden by the environment.
-    pub fn from_env(rounds: u64, parallel: usize) -> Soak {
+    pub fn from_env(seed: u64, rounds: u64, parallel: usize) -> Soak {
         let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
         Soak {
-            seed: env("MAINTD_SOAK_SEED").unwrap_or_else(rand::random),
+            seed: env("MAINTD_SOAK_SEED").unwrap_or(seed),
             rounds: env("MAINTD_SOAK_ROUNDS").unwrap_or(rounds),
             parallel: env("MAINTD_SOAK_PARALLEL").map_or(parallel, |p| p.max(1) as usize),
         }
