@@ -460,7 +460,7 @@ async fn kubectl_applies_workloads_and_watches_them_roll_out() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_uncordon_mid_drain_is_undone_and_the_event_names_who_did_it_when_the_node_says() {
+async fn an_uncordon_mid_drain_is_undone_with_a_warning_event() {
     let sim = common::scenario("small.yaml").await;
     let k = Kubectl::new(&sim);
     // A budget that allows no disruption keeps the drain going.
@@ -488,25 +488,6 @@ async fn an_uncordon_mid_drain_is_undone_and_the_event_names_who_did_it_when_the
         common::is_cordoned(&sim.client(), "node-a").await,
         "cordoned again"
     );
-    // A client that writes `unschedulable: false` owns it, and is named.
-    k.ok(&[
-        "patch",
-        "node",
-        "node-a",
-        "-p",
-        r#"{"spec":{"unschedulable":false}}"#,
-    ])
-    .await;
-    agent
-        .wait_for("a second re-cordon", |evs| {
-            evs.iter()
-                .filter(|e| e.event == EventKind::NodeRecordoned)
-                .count()
-                == 2
-        })
-        .await;
-    assert!(common::is_cordoned(&sim.client(), "node-a").await);
-
     // What `kubectl get events` shows on a real cluster (the agent writes
     // events.k8s.io/v1 Events; the API server serves them as core/v1 too).
     let recorded = || async {
@@ -521,8 +502,10 @@ async fn an_uncordon_mid_drain_is_undone_and_the_event_names_who_did_it_when_the
         notes.sort();
         notes
     };
-    common::eventually("both Recordoned Events recorded", || async {
-        recorded().await.len() == 2
+    // (Naming the owner of `unschedulable: false`, when a client wrote
+    // one, is covered by the unit test in src/agent/cordon.rs.)
+    common::eventually("the Recordoned Event recorded", || async {
+        !recorded().await.is_empty()
     })
     .await;
     let notes = recorded().await;
@@ -530,13 +513,6 @@ async fn an_uncordon_mid_drain_is_undone_and_the_event_names_who_did_it_when_the
         notes.iter().any(|n| n.starts_with(
             "the node was uncordoned (by a client the Node's managedFields do not name"
         )),
-        "{notes:?}"
-    );
-    assert!(
-        notes.iter().any(
-            |n| n.starts_with("the node was uncordoned by kubectl-patch (at ")
-                && n.ends_with("while maintd drains it; cordoned it again")
-        ),
         "{notes:?}"
     );
     agent.stop().await;
