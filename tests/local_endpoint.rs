@@ -41,9 +41,15 @@ fn assert_documented_schema(st: &Value) {
             "inhibitor",
             "local_request",
             "node",
+            "static_pods",
             "version",
             "watches"
         ],
+        "{st:#}"
+    );
+    assert_eq!(
+        keys(&st["static_pods"]),
+        ["dir", "from", "warning"],
         "{st:#}"
     );
     assert_eq!(
