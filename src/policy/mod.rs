@@ -14,7 +14,6 @@ pub mod args;
 pub mod selector;
 pub mod window;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -85,30 +84,14 @@ impl BlockingPods {
     pub fn matching(&self, pods: &[Arc<Value>]) -> Vec<String> {
         let mut names: Vec<String> = pods
             .iter()
+            .map(|p| crate::drain::plan::PodInfo::from_json(p))
             .filter(|p| {
-                !matches!(
-                    p["status"]["phase"].as_str(),
-                    Some("Succeeded" | "Failed" | "Unknown")
-                ) && p["metadata"]["deletionTimestamp"].is_null()
+                !matches!(p.phase.as_str(), "Succeeded" | "Failed" | "Unknown") && !p.deleting
             })
             .filter(|p| {
-                let labels: BTreeMap<String, String> = p["metadata"]["labels"]
-                    .as_object()
-                    .map(|m| {
-                        m.iter()
-                            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                crate::drain::plan::selector_matches(&self.selector, &labels).unwrap_or(false)
+                crate::drain::plan::selector_matches(&self.selector, &p.labels).unwrap_or(false)
             })
-            .map(|p| {
-                format!(
-                    "{}/{}",
-                    p["metadata"]["namespace"].as_str().unwrap_or(""),
-                    p["metadata"]["name"].as_str().unwrap_or("")
-                )
-            })
+            .map(|p| format!("{}/{}", p.namespace, p.name))
             .collect();
         names.sort();
         names
