@@ -593,3 +593,14 @@ impl Default for Backoff {
         Self::new()
     }
 }
+
+/// Waits for a change on `rx`, if there is a receiver; without one, never
+/// returns (a `select!` branch that is off).
+pub async fn changed_if_any<T>(
+    rx: &mut Option<watch::Receiver<T>>,
+) -> Result<(), watch::error::RecvError> {
+    match rx.as_mut() {
+        Some(rx) => rx.changed().await,
+        None => std::future::pending().await,
+    }
+}

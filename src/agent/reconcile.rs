@@ -159,18 +159,8 @@ impl Reconciler {
                 // The sender lives in the agent, so this never closes.
                 _ = local_changes.changed() => Wake::Look,
                 _ = maintenance_changes.changed() => Wake::Look,
-                _ = async {
-                    match medik8s_changes.as_mut() {
-                        Some(rx) => rx.changed().await,
-                        None => std::future::pending().await,
-                    }
-                } => Wake::Look,
-                _ = async {
-                    match alert_answers.as_mut() {
-                        Some(rx) => rx.changed().await,
-                        None => std::future::pending().await,
-                    }
-                } => Wake::Look,
+                _ = crate::index::changed_if_any(&mut medik8s_changes) => Wake::Look,
+                _ = crate::index::changed_if_any(&mut alert_answers) => Wake::Look,
                 ev = async {
                     match shutdown.as_mut() {
                         Some(s) => s.next().await,

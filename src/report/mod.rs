@@ -102,18 +102,8 @@ impl StatusReporter {
                 _ = events.recv() => dirty = true,
                 r = node.changed() => { if r.is_err() { return } dirty = true }
                 r = objects.changed() => { if r.is_err() { return } dirty = true }
-                _ = async {
-                    match medik8s_objects.as_mut() {
-                        Some(rx) => rx.changed().await,
-                        None => std::future::pending().await,
-                    }
-                } => dirty = true,
-                r = async {
-                    match lock.as_mut() {
-                        Some(rx) => rx.changed().await,
-                        None => std::future::pending().await,
-                    }
-                } => { if r.is_err() { lock = None } dirty = true }
+                _ = crate::index::changed_if_any(&mut medik8s_objects) => dirty = true,
+                r = crate::index::changed_if_any(&mut lock) => { if r.is_err() { lock = None } dirty = true }
                 _ = tick.tick() => {
                     let now = tokio::time::Instant::now();
                     if dirty && pace.ready(now) {
