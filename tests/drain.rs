@@ -106,14 +106,17 @@ async fn drains_in_order(sim: SimCluster, patience: std::time::Duration) {
         })
         .await;
 
-    // Evictions, in the API's own order (the store's resourceVersion).
-    let evictions: Vec<(String, u64)> = sim
+    // Evictions, in the API's own order (the store's resourceVersion). A
+    // granted eviction writes, so its rv is its own; a refused one (429)
+    // writes nothing and carries the store's rv at the time, which equals
+    // the rv of the last write before it: it came after that write.
+    let evictions: Vec<(String, u64, bool)> = sim
         .state
         .audit
         .entries()
         .into_iter()
         .filter(|e| e.verb == "evict")
-        .map(|e| (e.name, e.rv))
+        .map(|e| (e.name, e.rv, e.code < 300))
         .collect();
     let deleted = deleted.lock().unwrap().clone();
     for k in 0..plan.stages.len() - 1 {
@@ -124,15 +127,18 @@ async fn drains_in_order(sim: SimCluster, patience: std::time::Duration) {
             .max()
             .copied();
         let Some(last_gone) = last_gone else { continue };
-        let first_next = evictions
+        for (name, rv, granted) in evictions
             .iter()
-            .filter(|(n, _)| stage_of.get(n) == Some(&(k + 1)))
-            .map(|(_, rv)| *rv)
-            .min();
-        if let Some(first_next) = first_next {
+            .filter(|(n, _, _)| stage_of.get(n) == Some(&(k + 1)))
+        {
+            let after = if *granted {
+                *rv > last_gone
+            } else {
+                *rv >= last_gone
+            };
             assert!(
-                first_next > last_gone,
-                "stage {} evicted (rv {first_next}) before stage {} was gone (rv {last_gone})",
+                after,
+                "stage {} pod {name} evicted (rv {rv}, granted {granted}) before stage {} was gone (rv {last_gone})",
                 k + 2,
                 k + 1
             );
