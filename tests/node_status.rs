@@ -353,3 +353,72 @@ async fn a_node_seen_late_still_gets_its_nodedrain() {
     .await;
     stop.cancel();
 }
+
+/// Writes of node-a's NodeDrain status answered with `code`.
+fn nodedrain_status_writes(sim: &SimCluster, code: u16) -> usize {
+    sim.state
+        .audit
+        .entries()
+        .iter()
+        .filter(|e| {
+            e.resource == "nodedrains.maintd.io"
+                && e.name == "node-a"
+                && e.subresource.as_deref() == Some("status")
+                && e.code == code
+        })
+        .count()
+}
+
+/// A status write the agent gave up on (no answer within its 10 s) may
+/// still land: an API server under load finishes what it accepted. Such a
+/// late write carries an old status and must not land over a newer one,
+/// or the node's NodeDrain would go on saying Draining for a drain long
+/// undone. Here the API server holds every NodeDrain status write for
+/// 20 s; two writes of the drain are held when the drain is called off,
+/// and the writes the agent sends after the fault is lifted must be what
+/// the NodeDrain says in the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_write_that_lands_after_its_timeout_does_not_overwrite_a_newer_one() {
+    let (sim, stop) = small_with_agent().await;
+    let client = sim.client();
+    let k = common::kubectl::Kubectl::new(&sim);
+    let k_ref = &k;
+    eventually("node-a's NodeDrain reads Idle", || async move {
+        let (ok, out, _) = k_ref
+            .run(&["get", "nodedrain", "node-a", "-o", "json"])
+            .await;
+        ok && serde_json::from_str::<Value>(&out).is_ok_and(|d| d["status"]["phase"] == "Idle")
+    })
+    .await;
+    let faults = &sim.state.faults;
+    let status_path = format!("{}/node-a/status", maintd::api::nodedrain::NODEDRAINS_PATH);
+    faults.commit_late(&status_path, Duration::from_secs(20));
+    taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
+    // The first write times out after 10 s and the next goes out a second
+    // later: both say the drain is on.
+    eventually("two NodeDrain writes are held", || async move {
+        faults.held_writes() >= 2
+    })
+    .await;
+    taint(&client, "node-a", "maintd.io/drain", None).await;
+    faults.clear();
+    eventually("every held write was answered", || async move {
+        faults.held_writes() == 0
+    })
+    .await;
+    assert!(
+        nodedrain_status_writes(&sim, 409) >= 1,
+        "a held write found the NodeDrain changed and was refused"
+    );
+    eventually("node-a's NodeDrain reads Idle again", || async move {
+        let d = k_ref.json(&["get", "nodedrain", "node-a"]).await;
+        d["status"]["phase"] == "Idle"
+            && d["status"]["triggers"].as_array().is_none_or(Vec::is_empty)
+    })
+    .await;
+    // And stays so: nothing held is left to land.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let d = k.json(&["get", "nodedrain", "node-a"]).await;
+    assert_eq!(d["status"]["phase"], "Idle", "{}", d["status"]);
+    stop.cancel();
+}

@@ -104,7 +104,14 @@ impl StatusReporter {
                 Pace::Write => {}
             }
             let body = medik8s::apply_body(name, &status, &now_time());
-            if self.apply(medik8s::PATH, name, &self.manager(), body).await {
+            // Based on the object as last seen, so a late write of an old
+            // status cannot land over a newer one.
+            let rv = super::apply::rv_of(obj);
+            let object_path = format!("{}/{name}", medik8s::PATH);
+            let outcome = self
+                .write(medik8s::PATH, name, &object_path, &body, rv)
+                .await;
+            if matches!(outcome, super::apply::Applied::Written(_)) {
                 let status = status.clone();
                 written.insert(key, Written { status, at: now });
             } else {

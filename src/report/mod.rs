@@ -6,6 +6,7 @@
 //! written by one agent at a time ([`writer`]). Every call is bounded by a
 //! timeout; failures are retried ever more slowly.
 
+mod apply;
 pub mod events;
 mod medik8s;
 pub mod writer;
@@ -13,7 +14,6 @@ pub mod writer;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use http::Request;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -23,6 +23,7 @@ use crate::drain::progress::{Phase, Progress};
 use crate::index::Index;
 use crate::inhibitor::InhibitorStatus;
 use crate::trigger::maintenance::MaintenanceTrigger;
+use apply::Applied;
 
 /// Writes this node's status objects.
 pub struct StatusReporter {
@@ -72,9 +73,17 @@ impl RetryPace {
     }
 }
 
-/// What was last written of the NodeDrain: the Node's uid it is owned by,
-/// and the status (without its time).
-type WrittenDrain = Option<(String, NodeDrainStatus)>;
+/// What was last written of the NodeDrain.
+#[derive(Default)]
+struct WrittenDrain {
+    /// The uid of the Node the object was created for (its owner).
+    uid: Option<String>,
+    /// The status last written (without its time).
+    status: Option<NodeDrainStatus>,
+    /// The object's resourceVersion after the last write, which the next
+    /// write is based on.
+    rv: Option<String>,
+}
 
 impl StatusReporter {
     /// Runs until `stop`: wakes on drain progress, the lock and the
@@ -90,7 +99,7 @@ impl StatusReporter {
         let mut objects = self.maintenance.index.changes();
         let mut medik8s_objects = self.medik8s.as_ref().map(|m| m.index.changes());
         let mut lock = self.inhibitor.clone();
-        let mut written: WrittenDrain = None;
+        let mut written = WrittenDrain::default();
         let mut written_medik8s = BTreeMap::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -144,10 +153,10 @@ impl StatusReporter {
         let lock_held = self.inhibitor.as_ref().map(|i| i.borrow().held);
         let st =
             nodedrain::from_drain(&self.node, &self.progress.status(), maintenances, lock_held);
-        if written.as_ref().is_some_and(|(u, w)| *u == uid && *w == st) {
+        if written.uid.as_deref() == Some(uid.as_str()) && written.status.as_ref() == Some(&st) {
             return true;
         }
-        if written.as_ref().is_none_or(|(u, _)| *u != uid) {
+        if written.uid.as_deref() != Some(uid.as_str()) {
             let object = json!({
                 "apiVersion": "maintd.io/v1alpha1", "kind": "NodeDrain",
                 "metadata": {
@@ -163,9 +172,14 @@ impl StatusReporter {
                 self.node,
                 self.manager()
             );
-            if !self.patch_apply(path, &object).await {
+            let Applied::Written(rv) = self.applier().apply(&path, &object).await else {
                 return false;
-            }
+            };
+            *written = WrittenDrain {
+                uid: Some(uid),
+                status: None,
+                rv,
+            };
         }
         let mut stamped = st.clone();
         stamped.updated_at = Some(crate::drain::progress::now_time());
@@ -174,13 +188,35 @@ impl StatusReporter {
             "metadata": {"name": self.node},
             "status": stamped,
         });
-        let ok = self
-            .apply(NODEDRAINS_PATH, &self.node, &self.manager(), body)
+        let object_path = format!("{NODEDRAINS_PATH}/{}", self.node);
+        let outcome = self
+            .write(
+                NODEDRAINS_PATH,
+                &self.node,
+                &object_path,
+                &body,
+                written.rv.as_deref(),
+            )
             .await;
-        if ok {
-            *written = Some((uid, st));
+        match outcome {
+            Applied::Written(rv) => {
+                written.status = Some(st);
+                written.rv = rv;
+                true
+            }
+            // Deleted (by a person; its Node going takes this agent too):
+            // created again on the next round.
+            Applied::Gone => {
+                *written = WrittenDrain::default();
+                false
+            }
+            Applied::Stale | Applied::Failed => {
+                // Not known what is there now: the next write goes out
+                // whatever the status, based on the version then read.
+                written.status = None;
+                false
+            }
         }
-        ok
     }
 
     /// maintd's condition on the Node (type `MaintdDrain`): True while the
@@ -235,12 +271,26 @@ impl StatusReporter {
                 "lastTransitionTime": since, "lastHeartbeatTime": time,
             }]},
         });
-        let ok = self
-            .apply("/api/v1/nodes", &self.node, &self.manager(), body)
-            .await;
-        if ok {
-            *last = Some((status, reason));
-        }
+        // Based on the Node as last seen: a write of ours that timed out
+        // and lands late is refused rather than undoing a newer condition.
+        let rv = self
+            .node_index
+            .by_name(&self.node)
+            .and_then(|n| apply::rv_of(&n).map(str::to_string));
+        let object_path = format!("/api/v1/nodes/{}", self.node);
+        let ok = matches!(
+            self.write(
+                "/api/v1/nodes",
+                &self.node,
+                &object_path,
+                &body,
+                rv.as_deref()
+            )
+            .await,
+            Applied::Written(_)
+        );
+        // After a failure, what the Node says decides the next round.
+        *last = ok.then_some((status, reason));
         ok
     }
 
@@ -249,40 +299,34 @@ impl StatusReporter {
         format!("maintd/{}", self.node)
     }
 
-    /// Applies `body` to the status of `name` in `collection` as `manager`.
-    async fn apply(&self, collection: &str, name: &str, manager: &str, body: Value) -> bool {
-        let path = format!("{collection}/{name}/status?fieldManager={manager}&force=true");
-        self.patch_apply(path, &body).await
+    /// How this agent's status writes go out.
+    fn applier(&self) -> apply::Applier<'_> {
+        apply::Applier {
+            client: &self.client,
+            timeout: WRITE_TIMEOUT,
+            writes: &self.writes,
+            what: "status",
+        }
     }
 
-    /// One server-side apply, bounded by a timeout; failures are logged and
-    /// retried by the caller's next tick.
-    async fn patch_apply(&self, path: String, body: &Value) -> bool {
-        let name = path.clone();
-        let req = match Request::patch(path)
-            .header("content-type", "application/apply-patch+yaml")
-            .body(serde_json::to_vec(body).unwrap_or_default())
-        {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(%name, error = %e, "building the status write");
-                return false;
-            }
-        };
-        match tokio::time::timeout(WRITE_TIMEOUT, self.client.request::<Value>(req)).await {
-            Ok(Ok(_)) => {
-                self.writes.inc();
-                true
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(%name, error = %e, "writing status; will retry");
-                false
-            }
-            Err(_) => {
-                tracing::warn!(%name, "writing status timed out; will retry");
-                false
-            }
-        }
+    /// Applies `body` to the status of `name` in `collection` as this
+    /// agent's field manager, based on `rv` (see [`apply`]); `object_path`
+    /// is where to read the object's version if it changed meanwhile.
+    async fn write(
+        &self,
+        collection: &str,
+        name: &str,
+        object_path: &str,
+        body: &Value,
+        rv: Option<&str>,
+    ) -> Applied {
+        let path = format!(
+            "{collection}/{name}/status?fieldManager={}&force=true",
+            self.manager()
+        );
+        self.applier()
+            .apply_based(&path, object_path, body, rv)
+            .await
     }
 }
 

@@ -261,33 +261,32 @@ impl StatusWriter {
             let path = format!(
                 "{NODEMAINTENANCES_PATH}/{name}/status?fieldManager={STATUS_WRITER_MANAGER}&force=true"
             );
-            if self.apply(path, &body).await {
+            if self.apply(path, name, body, obj).await {
                 h.written.insert(uid, key);
             }
         }
     }
 
-    async fn apply(&self, path: String, body: &Value) -> bool {
-        let Ok(req) = http::Request::patch(path.clone())
-            .header("content-type", "application/apply-patch+yaml")
-            .body(serde_json::to_vec(body).unwrap_or_default())
-        else {
-            return false;
+    /// One apply, based on the object's version as last seen: a late
+    /// write of older aggregates is refused rather than landing over newer
+    /// ones. The version comes from the metadata view, which every status
+    /// write moves on; the full objects are fetched on spec changes only.
+    async fn apply(&self, path: String, name: &str, body: Value, obj: &Value) -> bool {
+        let seen = self
+            .maintenance
+            .view()
+            .by_name(name)
+            .filter(|m| m["metadata"]["uid"] == obj["metadata"]["uid"]);
+        let rv = seen.as_deref().or(Some(obj)).and_then(super::apply::rv_of);
+        let applier = super::apply::Applier {
+            client: &self.client,
+            timeout: CALL_TIMEOUT,
+            writes: &self.writes,
+            what: "NodeMaintenance status",
         };
-        match tokio::time::timeout(CALL_TIMEOUT, self.client.request::<Value>(req)).await {
-            Ok(Ok(_)) => {
-                self.writes.inc();
-                true
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(%path, error = %e, "writing NodeMaintenance status; will retry");
-                false
-            }
-            Err(_) => {
-                tracing::warn!(%path, "writing NodeMaintenance status timed out; will retry");
-                false
-            }
-        }
+        let object_path = format!("{NODEMAINTENANCES_PATH}/{name}");
+        let outcome = applier.apply_based(&path, &object_path, &body, rv).await;
+        matches!(outcome, super::apply::Applied::Written(_))
     }
 }
 

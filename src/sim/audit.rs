@@ -20,7 +20,7 @@ pub struct AuditEntry {
     pub t_ms: u64,
     /// create, update, patch, delete, evict, deletecollection.
     pub verb: String,
-    /// group/plural, or plural for the core group.
+    /// plural.group, or plural for the core group.
     pub resource: String,
     pub subresource: Option<String>,
     pub namespace: String,

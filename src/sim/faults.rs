@@ -8,6 +8,9 @@
 //!   never answered, as when the API server's address is unreachable;
 //! - **errors and delays**: a share of requests answered with 500, 503 or
 //!   429, or answered only after a delay;
+//! - **late commits**: a write is received at once but committed only
+//!   after a delay, whether or not its client is still waiting, as an API
+//!   server under load finishes a write whose client already timed out;
 //! - **restart**: every connection is closed and the watch cache starts
 //!   afresh, so a watch resumed from before the restart gets 410 Gone.
 //!
@@ -17,7 +20,7 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -34,6 +37,8 @@ struct Settings {
     delay: Duration,
     /// Requests to paths starting with one of these get 403 Forbidden.
     forbidden: Vec<String>,
+    /// Writes to paths starting with the prefix commit after the delay.
+    late_commits: Vec<(String, Duration)>,
 }
 
 /// The faults of one simulated cluster (`SimState::faults`).
@@ -43,6 +48,8 @@ pub struct Faults {
     next_conn: AtomicU64,
     /// Bumped by [`Faults::restart`]; connections close when it changes.
     restarts: watch::Sender<u64>,
+    /// Writes held by [`Faults::commit_late`] and not yet committed.
+    held: AtomicUsize,
 }
 
 impl Default for Faults {
@@ -51,6 +58,7 @@ impl Default for Faults {
             settings: Mutex::default(),
             next_conn: AtomicU64::new(0),
             restarts: watch::channel(0).0,
+            held: AtomicUsize::new(0),
         }
     }
 }
@@ -97,14 +105,50 @@ impl Faults {
         self.settings().delay = delay;
     }
 
-    /// Lifts the error and delay faults and the black hole (frozen
-    /// connections stay frozen).
+    /// Writes (anything but GET) to a path starting with `prefix` are read
+    /// at once and committed only after `delay`, even when the client gave
+    /// up meanwhile: a timeout on the client does not mean nothing landed.
+    pub fn commit_late(&self, prefix: &str, delay: Duration) {
+        self.settings()
+            .late_commits
+            .push((prefix.to_string(), delay));
+    }
+
+    /// How long a write of `method` to `path` waits before it is committed.
+    pub fn late_commit(&self, method: &http::Method, path: &str) -> Option<Duration> {
+        if method == http::Method::GET {
+            return None;
+        }
+        let s = self.settings();
+        s.late_commits
+            .iter()
+            .find(|(p, _)| path.starts_with(p.as_str()))
+            .map(|(_, d)| *d)
+    }
+
+    /// How many writes are held for a late commit now.
+    pub fn held_writes(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+
+    /// Counts a write held (`true`) or committed (`false`).
+    pub fn hold(&self, held: bool) {
+        if held {
+            self.held.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.held.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Lifts the error, delay and late-commit faults and the black hole
+    /// (frozen connections stay frozen; writes already held still land).
     pub fn clear(&self) {
         self.black_hole(false);
         let mut s = self.settings();
         s.errors = None;
         s.delay = Duration::ZERO;
         s.forbidden.clear();
+        s.late_commits.clear();
     }
 
     /// Closes every connection, as an API server restart does. The caller

@@ -228,30 +228,35 @@ async fn handle(sim: Arc<SimState>, server: &str, req: Request<Incoming>) -> Res
             return resp;
         }
     };
-    let resp = match route(&sim, server, &path) {
-        Ok(Route::Doc(doc)) if parts.method == Method::GET => json_response(200, &doc),
-        Ok(Route::Doc(_)) => error_response(&ApiError::method_not_allowed(parts.method.as_str())),
-        Ok(Route::Resource(t)) => {
-            let (resp, audit) =
-                resource(&sim, &parts.method, &parts.headers, &query, t, &body).await;
-            if let Some(mut entry) = audit {
-                entry.code = resp.status().as_u16();
-                entry.rv = sim.store().current_rv();
-                entry.user_agent = ua.clone();
-                sim.audit.record(entry);
-            }
-            resp
-        }
-        Err(e) => error_response(&e),
-    };
-    record_request(
-        &sim,
-        &parts.method,
-        &path,
+    let late = sim.faults.late_commit(&parts.method, &path);
+    let req = ReadRequest {
+        method: parts.method,
+        headers: parts.headers,
+        query,
+        path,
+        body,
+        ua: ua.clone(),
         watch,
-        &ua,
-        resp.status().as_u16(),
-    );
+    };
+    let resp = match late {
+        // A late commit goes on in a task of its own: the client hanging
+        // up does not stop it.
+        Some(delay) => {
+            let (sim, server) = (sim.clone(), server.to_string());
+            sim.faults.hold(true);
+            let task = tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let resp = process(&sim, &server, &req).await;
+                sim.faults.hold(false);
+                resp
+            });
+            match task.await {
+                Ok(resp) => resp,
+                Err(_) => error_response(&ApiError::injected(500)),
+            }
+        }
+        None => process(&sim, server, &req).await,
+    };
     // Count what goes back to this client: each frame of a watch stream is
     // one event (or bookmark).
     let (parts, body) = resp.into_parts();
@@ -262,6 +267,46 @@ async fn handle(sim: Arc<SimState>, server: &str, req: Request<Incoming>) -> Res
         frame
     });
     Response::from_parts(parts, counted.boxed())
+}
+
+/// A request whose body has been read.
+struct ReadRequest {
+    method: Method,
+    headers: HeaderMap,
+    query: HashMap<String, String>,
+    path: String,
+    body: Bytes,
+    ua: String,
+    watch: bool,
+}
+
+/// Routes and answers a request, recording it in the audit log.
+async fn process(sim: &Arc<SimState>, server: &str, req: &ReadRequest) -> Response<Body> {
+    let resp = match route(sim, server, &req.path) {
+        Ok(Route::Doc(doc)) if req.method == Method::GET => json_response(200, &doc),
+        Ok(Route::Doc(_)) => error_response(&ApiError::method_not_allowed(req.method.as_str())),
+        Ok(Route::Resource(t)) => {
+            let (resp, audit) =
+                resource(sim, &req.method, &req.headers, &req.query, t, &req.body).await;
+            if let Some(mut entry) = audit {
+                entry.code = resp.status().as_u16();
+                entry.rv = sim.store().current_rv();
+                entry.user_agent = req.ua.clone();
+                sim.audit.record(entry);
+            }
+            resp
+        }
+        Err(e) => error_response(&e),
+    };
+    record_request(
+        sim,
+        &req.method,
+        &req.path,
+        req.watch,
+        &req.ua,
+        resp.status().as_u16(),
+    );
+    resp
 }
 
 fn record_request(sim: &SimState, method: &Method, path: &str, watch: bool, ua: &str, code: u16) {
