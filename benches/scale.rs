@@ -79,22 +79,51 @@ fn create(sim: &SimCluster, gr: &Gr, ns: Option<&str>, obj: Value) {
 }
 
 /// Agent requests and what they received, per agent, from the audit log.
-#[derive(Debug, Default, Clone, Copy, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 struct Usage {
     requests: f64,
     events: f64,
     bytes: f64,
+    /// Bytes per agent by resource (the plural in the path).
+    by_resource: std::collections::BTreeMap<String, f64>,
+    /// Requests per agent answered 409 Conflict (a write based on a
+    /// version that had moved on), by path.
+    conflicts: std::collections::BTreeMap<String, f64>,
+}
+
+/// The resource of a request path and its subresource, without names:
+/// `nodes`, `nodes/status`, `leases`.
+fn collection_of(path: &str) -> String {
+    let seg: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let rest = match seg.first() {
+        Some(&"api") => seg.get(2..).unwrap_or_default(),
+        Some(&"apis") => seg.get(3..).unwrap_or_default(),
+        _ => &seg[..],
+    };
+    let rest = match rest {
+        ["namespaces", _, tail @ ..] if !tail.is_empty() => tail,
+        _ => rest,
+    };
+    match rest {
+        [plural, _, sub, ..] => format!("{plural}/{sub}"),
+        [plural, ..] => plural.to_string(),
+        [] => path.to_string(),
+    }
 }
 
 impl Usage {
     fn of_agents(sim: &SimCluster, n: usize) -> Usage {
-        let requests = sim
-            .state
-            .audit
-            .requests()
+        let all = sim.state.audit.requests();
+        let requests = all
             .iter()
             .filter(|r| r.user_agent.starts_with("maintd/"))
             .count();
+        let mut conflicts = std::collections::BTreeMap::new();
+        for r in &all {
+            if r.user_agent.starts_with("maintd/") && r.code == 409 {
+                *conflicts.entry(collection_of(&r.path)).or_insert(0.0) += 1.0 / n as f64;
+            }
+        }
         let (mut events, mut bytes) = (0u64, 0u64);
         for (ua, s) in sim.state.audit.sent() {
             if ua.starts_with("maintd/") {
@@ -102,19 +131,52 @@ impl Usage {
                 bytes += s.bytes;
             }
         }
+        let mut by_resource = std::collections::BTreeMap::new();
+        for ((ua, resource), s) in sim.state.audit.sent_by_resource() {
+            if ua.starts_with("maintd/") {
+                *by_resource.entry(resource).or_insert(0.0) += s.bytes as f64 / n as f64;
+            }
+        }
         Usage {
             requests: requests as f64 / n as f64,
             events: events as f64 / n as f64,
             bytes: bytes as f64 / n as f64,
+            by_resource,
+            conflicts,
         }
     }
 
     fn since(self, before: Usage) -> Usage {
+        let minus = |mut now: std::collections::BTreeMap<String, f64>,
+                     then: &std::collections::BTreeMap<String, f64>| {
+            for (k, v) in then {
+                *now.entry(k.clone()).or_insert(0.0) -= v;
+            }
+            now
+        };
+        let by_resource = minus(self.by_resource, &before.by_resource);
+        let conflicts = minus(self.conflicts, &before.conflicts);
         Usage {
             requests: self.requests - before.requests,
             events: self.events - before.events,
             bytes: self.bytes - before.bytes,
+            by_resource,
+            conflicts,
         }
+    }
+
+    /// The resources that made up most of the bytes, largest first.
+    fn breakdown(&self) -> String {
+        let mut v: Vec<_> = self
+            .by_resource
+            .iter()
+            .filter(|(_, b)| **b >= 1.0)
+            .collect();
+        v.sort_by(|a, b| b.1.total_cmp(a.1));
+        v.iter()
+            .map(|(r, b)| format!("{r} {:.1} kB", *b / 1000.0))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -336,6 +398,25 @@ fn print_row(r: &Row) {
         r.rss_sim_kib / 1024,
         r.rss_with_agents_kib / 1024,
         r.rss_with_agents_kib.saturating_sub(r.rss_sim_kib) as f64 / r.n as f64,
+    );
+    println!(
+        "    drain bytes per agent by resource: {}",
+        r.drain.breakdown()
+    );
+    let conflicts: Vec<String> = r
+        .drain
+        .conflicts
+        .iter()
+        .filter(|(_, c)| **c > 0.0)
+        .map(|(p, c)| format!("{p} {c:.2}"))
+        .collect();
+    println!(
+        "    drain conflicts (409) per agent: {}",
+        if conflicts.is_empty() {
+            "none".to_string()
+        } else {
+            conflicts.join(", ")
+        }
     );
 }
 

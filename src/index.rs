@@ -190,6 +190,15 @@ impl Index {
         self.lock().objects.values().cloned().collect()
     }
 
+    /// How many objects there are.
+    pub fn len(&self) -> usize {
+        self.lock().objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().objects.is_empty()
+    }
+
     pub fn get(&self, uid: &str) -> Option<Arc<Value>> {
         self.lock().objects.get(uid).cloned()
     }

@@ -42,21 +42,21 @@ pub struct Applier<'a> {
 
 impl Applier<'_> {
     /// Applies `body` at `path` (which carries the field manager) based on
-    /// `rv`; if the object changed since, reads its version at
-    /// `object_path` and applies once more based on that. The writer is the
-    /// only author of what it writes, so its newest status may go over
+    /// `rv`; if the object changed since and `reread` is given, reads its
+    /// version there and applies once more based on that. The writer is
+    /// the only author of what it writes, so its newest status may go over
     /// whatever is there; only a write sent before the last read may not.
     pub async fn apply_based(
         &self,
         path: &str,
-        object_path: &str,
+        reread: Option<&str>,
         body: &Value,
         rv: Option<&str>,
     ) -> Applied {
         let first = self.apply(path, &based_on(body.clone(), rv)).await;
-        if first != Applied::Stale {
+        let (Applied::Stale, Some(object_path)) = (&first, reread) else {
             return first;
-        }
+        };
         match self.read_rv(object_path).await {
             Ok(Some(rv)) => self.apply(path, &based_on(body.clone(), Some(&rv))).await,
             Ok(None) => Applied::Gone,

@@ -109,7 +109,7 @@ impl StatusReporter {
             let rv = super::apply::rv_of(obj);
             let object_path = format!("{}/{name}", medik8s::PATH);
             let outcome = self
-                .write(medik8s::PATH, name, &object_path, &body, rv)
+                .write(medik8s::PATH, name, Some(&object_path), &body, rv)
                 .await;
             if matches!(outcome, super::apply::Applied::Written(_)) {
                 let status = status.clone();

@@ -193,7 +193,7 @@ impl StatusReporter {
             .write(
                 NODEDRAINS_PATH,
                 &self.node,
-                &object_path,
+                Some(&object_path),
                 &body,
                 written.rv.as_deref(),
             )
@@ -277,16 +277,12 @@ impl StatusReporter {
             .node_index
             .by_name(&self.node)
             .and_then(|n| apply::rv_of(&n).map(str::to_string));
-        let object_path = format!("/api/v1/nodes/{}", self.node);
+        // On a conflict (the watch had not yet brought the agent's own
+        // taint or cordon), the next round is based on what the watch
+        // brings by then: cheaper than reading the whole Node again.
         let ok = matches!(
-            self.write(
-                "/api/v1/nodes",
-                &self.node,
-                &object_path,
-                &body,
-                rv.as_deref()
-            )
-            .await,
+            self.write("/api/v1/nodes", &self.node, None, &body, rv.as_deref())
+                .await,
             Applied::Written(_)
         );
         // After a failure, what the Node says decides the next round.
@@ -310,13 +306,14 @@ impl StatusReporter {
     }
 
     /// Applies `body` to the status of `name` in `collection` as this
-    /// agent's field manager, based on `rv` (see [`apply`]); `object_path`
-    /// is where to read the object's version if it changed meanwhile.
+    /// agent's field manager, based on `rv` (see [`apply`]); `reread` is
+    /// where to read the object's version if it changed meanwhile and
+    /// write again at once.
     async fn write(
         &self,
         collection: &str,
         name: &str,
-        object_path: &str,
+        reread: Option<&str>,
         body: &Value,
         rv: Option<&str>,
     ) -> Applied {
@@ -324,9 +321,7 @@ impl StatusReporter {
             "{collection}/{name}/status?fieldManager={}&force=true",
             self.manager()
         );
-        self.applier()
-            .apply_based(&path, object_path, body, rv)
-            .await
+        self.applier().apply_based(&path, reread, body, rv).await
     }
 }
 

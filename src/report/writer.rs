@@ -2,8 +2,9 @@
 //! the `maintd-status-writer` Lease in the agent's namespace, aggregates
 //! the nodes' `NodeDrain` objects into each NodeMaintenance's status
 //! (counts by phase, the nodes that need attention, the `Valid`
-//! condition), at most once every [`WRITE_EVERY`] per object and only when
-//! something changed.
+//! condition), only when something changed and at most once every
+//! [`write_every`]: 5 s, longer in a large cluster, since every write
+//! reaches every agent.
 //!
 //! Only the holder watches the NodeDrain objects; the other agents watch
 //! the Lease alone (a renewal every 20 s) and take it over, after a random
@@ -33,8 +34,21 @@ pub const LEASE_NAME: &str = "maintd-status-writer";
 const LEASE_DURATION: Duration = Duration::from_secs(60);
 /// The holder renews this often.
 const RENEW_EVERY: Duration = Duration::from_secs(20);
-/// At most one status write per object this often.
+/// At most one status write per object this often in a small cluster.
 pub const WRITE_EVERY: Duration = Duration::from_secs(5);
+/// Every agent watches every NodeMaintenance, so each status write is an
+/// event for each of them: the writer waits this long per agent between
+/// writes (agents counted by their NodeDrain objects), so the cluster
+/// receives at most 100 such events a second whatever its size.
+const WRITE_EVERY_PER_AGENT: Duration = Duration::from_millis(10);
+/// The longest wait between writes (at 6,000 agents and more).
+const WRITE_EVERY_MAX: Duration = Duration::from_secs(60);
+
+/// How long the writer waits between status writes with `agents` agents.
+pub fn write_every(agents: usize) -> Duration {
+    let per_agent = WRITE_EVERY_PER_AGENT.saturating_mul(u32::try_from(agents).unwrap_or(u32::MAX));
+    per_agent.clamp(WRITE_EVERY, WRITE_EVERY_MAX)
+}
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One agent's part in writing NodeMaintenance status.
@@ -105,12 +119,13 @@ impl StatusWriter {
                 } else {
                     wake = renew_at;
                 }
-                let due = h.last_write.is_none_or(|t| t + WRITE_EVERY <= now);
+                let every = write_every(h.drains.len());
+                let due = h.last_write.is_none_or(|t| t + every <= now);
                 if due && h.drains.synced() {
                     self.write_all(h).await;
                     h.last_write = Some(Instant::now());
                 }
-                let next_write = h.last_write.map(|t| t + WRITE_EVERY);
+                let next_write = h.last_write.map(|t| t + every);
                 wake = [wake, next_write].into_iter().flatten().min();
             } else {
                 if let Some(h) = holding.take() {
@@ -162,7 +177,7 @@ impl StatusWriter {
                 _ = async {
                     match drains {
                         // Changes are picked up by the next write, at most
-                        // every WRITE_EVERY; this only wakes the loop.
+                        // every `write_every`; this only wakes the loop.
                         Some(d) => d.changes().changed().await.map(|_| ()).unwrap_or(()),
                         None => std::future::pending().await,
                     }
@@ -285,7 +300,9 @@ impl StatusWriter {
             what: "NodeMaintenance status",
         };
         let object_path = format!("{NODEMAINTENANCES_PATH}/{name}");
-        let outcome = applier.apply_based(&path, &object_path, &body, rv).await;
+        let outcome = applier
+            .apply_based(&path, Some(&object_path), &body, rv)
+            .await;
         matches!(outcome, super::apply::Applied::Written(_))
     }
 }
@@ -306,4 +323,23 @@ fn renewed_at(lease: &Lease) -> Option<Instant> {
     let ago = Timestamp::now().duration_since(t);
     let ago = Duration::try_from(ago).unwrap_or(Duration::ZERO);
     Instant::now().checked_sub(ago)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_between_writes_grows_with_the_agents_each_write_reaches() {
+        assert_eq!(write_every(0), WRITE_EVERY);
+        assert_eq!(write_every(500), WRITE_EVERY);
+        assert_eq!(write_every(1_000), Duration::from_secs(10));
+        assert_eq!(write_every(5_000), Duration::from_secs(50));
+        assert_eq!(write_every(100_000), WRITE_EVERY_MAX);
+        // At most 100 events a second reach the agents, at any size.
+        for agents in [10usize, 1_000, 5_000, 6_000] {
+            let per_second = agents as f64 / write_every(agents).as_secs_f64();
+            assert!(per_second <= 100.0, "{agents} agents: {per_second}/s");
+        }
+    }
 }

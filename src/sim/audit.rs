@@ -53,6 +53,8 @@ pub struct Audit {
     requests: Mutex<Vec<RequestRecord>>,
     /// Bytes and watch events sent, per user agent.
     sent: Mutex<BTreeMap<String, Sent>>,
+    /// The same, per user agent and resource (the plural in the path).
+    sent_by_resource: Mutex<BTreeMap<(String, String), Sent>>,
     file: Option<Mutex<File>>,
 }
 
@@ -79,6 +81,7 @@ impl Audit {
             entries: Mutex::new(Vec::new()),
             requests: Mutex::new(Vec::new()),
             sent: Mutex::default(),
+            sent_by_resource: Mutex::default(),
             file,
         }
     }
@@ -110,13 +113,31 @@ impl Audit {
             .push(rec);
     }
 
-    /// Counts what was sent to `user_agent`: `bytes`, and one watch event
-    /// if `event`.
-    pub fn record_sent(&self, user_agent: &str, bytes: usize, event: bool) {
+    /// Counts what was sent to `user_agent` for `resource`: `bytes`, and
+    /// one watch event if `event`.
+    pub fn record_sent(&self, user_agent: &str, resource: &str, bytes: usize, event: bool) {
+        let add = |s: &mut Sent| {
+            s.bytes += bytes as u64;
+            s.watch_events += u64::from(event);
+        };
         let mut sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
-        let s = sent.entry(user_agent.to_string()).or_default();
-        s.bytes += bytes as u64;
-        s.watch_events += u64::from(event);
+        add(sent.entry(user_agent.to_string()).or_default());
+        drop(sent);
+        let mut by = self
+            .sent_by_resource
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        add(by
+            .entry((user_agent.to_string(), resource.to_string()))
+            .or_default());
+    }
+
+    /// What was sent so far, per user agent and resource.
+    pub fn sent_by_resource(&self) -> BTreeMap<(String, String), Sent> {
+        self.sent_by_resource
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// What was sent so far, per user agent.

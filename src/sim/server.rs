@@ -229,6 +229,7 @@ async fn handle(sim: Arc<SimState>, server: &str, req: Request<Incoming>) -> Res
         }
     };
     let late = sim.faults.late_commit(&parts.method, &path);
+    let resource = resource_of(&path).to_string();
     let req = ReadRequest {
         method: parts.method,
         headers: parts.headers,
@@ -262,11 +263,26 @@ async fn handle(sim: Arc<SimState>, server: &str, req: Request<Incoming>) -> Res
     let (parts, body) = resp.into_parts();
     let counted = body.map_frame(move |frame| {
         if let Some(data) = frame.data_ref() {
-            sim.audit.record_sent(&ua, data.len(), watch);
+            sim.audit.record_sent(&ua, &resource, data.len(), watch);
         }
         frame
     });
     Response::from_parts(parts, counted.boxed())
+}
+
+/// The resource a path is about (its plural), for counting what is sent;
+/// the path itself for discovery and the like.
+fn resource_of(path: &str) -> &str {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let rest = match segments.as_slice() {
+        ["api", _, rest @ ..] | ["apis", _, _, rest @ ..] => rest,
+        _ => return path,
+    };
+    match rest {
+        ["namespaces", _, plural, ..] => plural,
+        [plural, ..] => plural,
+        [] => path,
+    }
 }
 
 /// A request whose body has been read.
