@@ -13,8 +13,10 @@ mod logind_support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::agent::RunningAgent;
 use common::endpoint::{free_port, request};
 use common::*;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use maintd::agent::Agent;
 use maintd::config::{ApiSettings, Config, ShutdownSettings};
 use maintd::drain::progress::{DrainEvent, EventKind, Progress};
@@ -579,4 +581,41 @@ async fn when_the_static_pods_take_the_api_server_with_them_their_grace_ends_the
     );
     s.sim.state.faults.clear();
     s.stop.cancel();
+}
+
+/// An agent that starts while the API server refuses its pod list gets
+/// its views one by one. What an earlier run left on the node (here a
+/// drain whose trigger went while no agent ran) is undone only once every
+/// view is in, so the pods' list arriving last must itself be what lets
+/// the undo go ahead; before, nothing woke the agent for it and the node
+/// stayed cordoned (found by the soak, seed 7422).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leftovers_are_undone_when_the_pod_list_is_the_last_view_to_arrive() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    // With the CRD installed nothing rechecks it now and then (a check
+    // that would wake the agent by the way).
+    kube::Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&Default::default(), &maintd::api::crd().unwrap())
+        .await
+        .unwrap();
+    let first = RunningAgent::start(&sim, "node-a", None);
+    taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
+    first.wait_event(EventKind::DrainCompleted).await;
+    first.stop().await;
+    // The trigger goes while no agent runs.
+    taint(&client, "node-a", "maintd.io/drain", None).await;
+    assert!(is_cordoned(&client, "node-a").await);
+    sim.state.faults.forbid("/api/v1/pods");
+    let second = RunningAgent::start(&sim, "node-a", None);
+    // The Node's view and the NodeMaintenance check come in; the pods' not.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        is_cordoned(&client, "node-a").await,
+        "nothing is undone before every view is in"
+    );
+    sim.state.faults.clear();
+    second.wait_event(EventKind::UndoCompleted).await;
+    assert!(!is_cordoned(&client, "node-a").await);
+    second.stop().await;
 }

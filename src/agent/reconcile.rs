@@ -141,6 +141,9 @@ impl Reconciler {
                 .hold
                 .as_ref()
                 .is_some_and(|h| h.kind == crate::policy::HoldKind::BlockingPods);
+            // Until every view has arrived, each one arriving may be what
+            // lets an undo of leftovers go ahead: the pods' too.
+            let views_pending = !agent.triggers_known();
             let Reconciler {
                 shutdown,
                 undo,
@@ -154,8 +157,9 @@ impl Reconciler {
                 _ = sleep_until(timer) => Wake::Look,
                 r = node_changes.changed() => if r.is_err() { return } else { Wake::Look },
                 // Pods matter to the loop only while a shutdown waits for
-                // the node to be drained, or blocking pods hold a drain.
-                _ = pod_changes.changed(), if shutting_down || held_by_pods => Wake::Look,
+                // the node to be drained, blocking pods hold a drain, or
+                // their first list is awaited.
+                _ = pod_changes.changed(), if shutting_down || held_by_pods || views_pending => Wake::Look,
                 // The sender lives in the agent, so this never closes.
                 _ = local_changes.changed() => Wake::Look,
                 _ = maintenance_changes.changed() => Wake::Look,

@@ -205,6 +205,7 @@ impl MaintenanceTrigger {
                     );
                     tracing::warn!("{why}");
                     self.absent.send_replace(true);
+                    self.index.touch();
                     self.view().note_error(why);
                     &mut absent_backoff
                 }

@@ -43,6 +43,14 @@ pub struct Soak {
 impl Soak {
     /// The defaults given, overridden by the environment.
     pub fn from_env(seed: u64, rounds: u64, parallel: usize) -> Soak {
+        // `MAINTD_SOAK_LOG=maintd=debug` shows the agents' logs (best with
+        // one round).
+        if let Ok(filter) = std::env::var("MAINTD_SOAK_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_writer(std::io::stderr)
+                .try_init();
+        }
         let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
         Soak {
             seed: env("MAINTD_SOAK_SEED").unwrap_or(seed),
