@@ -72,6 +72,16 @@ fn seed_drains(sim: &SimCluster, n: usize) {
     }
 }
 
+/// Waits until node-a's NodeDrain exists and reads Idle, as kubectl
+/// shows it.
+async fn first_idle(k: &common::kubectl::Kubectl) {
+    eventually("node-a's NodeDrain reads Idle", || async move {
+        let (ok, out, _) = k.run(&["get", "nodedrain", "node-a", "-o", "json"]).await;
+        ok && serde_json::from_str::<Value>(&out).is_ok_and(|d| d["status"]["phase"] == "Idle")
+    })
+    .await;
+}
+
 /// The small scenario with both CRDs and node-a's agent running.
 async fn small_with_agent() -> (SimCluster, CancellationToken) {
     let sim = scenario("small.yaml").await;
@@ -161,13 +171,7 @@ async fn a_nodes_nodedrain_is_written_by_its_agent_and_goes_with_the_node() {
     let client = sim.client();
     let k = common::kubectl::Kubectl::new(&sim);
     let k_ref = &k;
-    eventually("node-a's NodeDrain reads Idle", || async move {
-        let (ok, out, _) = k_ref
-            .run(&["get", "nodedrain", "node-a", "-o", "json"])
-            .await;
-        ok && serde_json::from_str::<Value>(&out).is_ok_and(|d| d["status"]["phase"] == "Idle")
-    })
-    .await;
+    first_idle(k_ref).await;
     taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
     eventually("node-a's NodeDrain reads Drained", || async move {
         k_ref.json(&["get", "nodedrain", "node-a"]).await["status"]["phase"] == "Drained"
@@ -272,13 +276,7 @@ async fn the_node_condition_is_written_on_phase_transitions_only() {
     let client = sim.client();
     let k = common::kubectl::Kubectl::new(&sim);
     let k_ref = &k;
-    eventually("node-a's NodeDrain reads Idle", || async move {
-        let (ok, out, _) = k_ref
-            .run(&["get", "nodedrain", "node-a", "-o", "json"])
-            .await;
-        ok && serde_json::from_str::<Value>(&out).is_ok_and(|d| d["status"]["phase"] == "Idle")
-    })
-    .await;
+    first_idle(k_ref).await;
     let at_start = node_condition_writes(&sim);
     assert!(at_start <= 1, "one write of Idle at most: {at_start}");
     taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
@@ -383,13 +381,7 @@ async fn a_status_write_that_lands_after_its_timeout_does_not_overwrite_a_newer_
     let client = sim.client();
     let k = common::kubectl::Kubectl::new(&sim);
     let k_ref = &k;
-    eventually("node-a's NodeDrain reads Idle", || async move {
-        let (ok, out, _) = k_ref
-            .run(&["get", "nodedrain", "node-a", "-o", "json"])
-            .await;
-        ok && serde_json::from_str::<Value>(&out).is_ok_and(|d| d["status"]["phase"] == "Idle")
-    })
-    .await;
+    first_idle(k_ref).await;
     let faults = &sim.state.faults;
     let status_path = format!("{}/node-a/status", maintd::api::nodedrain::NODEDRAINS_PATH);
     faults.commit_late(&status_path, Duration::from_secs(20));
