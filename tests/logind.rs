@@ -92,6 +92,31 @@ async fn sim_reboot_waits_for_release_then_proceeds() {
     assert!(!handle.status().held);
 }
 
+/// An agent that lets go of its inhibitor (its shutdown path, or the
+/// handle dropped on the way out) must not leave the lock behind: a lock
+/// nobody holds any more would still delay every reboot.
+#[tokio::test]
+async fn sim_dropping_the_handle_lets_the_lock_go() {
+    let bus = PrivateBus::start().unwrap();
+    let _sim = sim(&bus, Duration::from_secs(600)).await;
+    let cfg = config(&bus);
+    let token = cfg.token.clone();
+    let (handle, mut events) = ShutdownInhibitor::start(cfg);
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    let logind = client(&bus).await;
+    assert_eq!(count_ours(&logind, &token).await, 1);
+    drop(handle);
+    let mut left = 1;
+    for _ in 0..100 {
+        left = count_ours(&logind, &token).await;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(left, 0, "the lock outlived its handle");
+}
+
 #[tokio::test]
 async fn sim_budget_runs_out_while_lock_still_held() {
     let bus = PrivateBus::start().unwrap();

@@ -176,6 +176,42 @@ mod tests {
     }
 
     #[test]
+    fn a_new_slot_lease_is_named_placed_labelled_and_held() {
+        let now = at("2026-01-01T00:00:00Z");
+        let l = new_held(
+            "maintd-reboot-nm-x-0",
+            "maintd",
+            "nm-x",
+            "node-a",
+            Duration::from_secs(300),
+            now,
+        );
+        assert_eq!(l.metadata.name.as_deref(), Some("maintd-reboot-nm-x-0"));
+        assert_eq!(l.metadata.namespace.as_deref(), Some("maintd"));
+        let labels = l.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels.get(GROUP_LABEL).map(String::as_str), Some("nm-x"));
+        assert_eq!(labels.get(HOLDER_LABEL).map(String::as_str), Some("node-a"));
+        let spec = l.spec.clone().unwrap_or_default();
+        assert_eq!(spec.acquire_time, Some(MicroTime(now)));
+        assert_eq!(spec.renew_time, Some(MicroTime(now)));
+        assert_eq!(spec.lease_duration_seconds, Some(300));
+        assert_eq!(spec.lease_transitions, Some(1));
+        assert_eq!(
+            slot_state(&l, now),
+            SlotState::Held {
+                holder: "node-a".into(),
+                expired: false
+            }
+        );
+    }
+
+    #[test]
+    fn label_values_keep_only_what_a_label_may_hold() {
+        assert_eq!(label_value("nm/kernel upgrade_2.x"), "nmkernelupgrade_2.x");
+        assert_eq!(label_value(&"a".repeat(80)).len(), 63);
+    }
+
+    #[test]
     fn slot_states() {
         let now = at("2026-01-01T00:01:00Z");
         let held = |h: &str, expired| SlotState::Held {
@@ -207,6 +243,16 @@ mod tests {
             ),
             (
                 lease(Some("a"), Some("2026-01-01T00:00:59Z"), Some(0)),
+                held("a", true),
+            ),
+            // No duration proves nothing, even renewed this very instant
+            // or (a clock ahead of ours) in the future.
+            (
+                lease(Some("a"), Some("2026-01-01T00:01:00Z"), Some(0)),
+                held("a", true),
+            ),
+            (
+                lease(Some("a"), Some("2026-01-01T00:01:30Z"), Some(-5)),
                 held("a", true),
             ),
         ];

@@ -256,6 +256,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_lock_names_what_it_delays_as_logind_spells_it() {
+        assert_eq!(InhibitWhat::Shutdown.as_str(), "shutdown");
+        assert_eq!(InhibitWhat::ShutdownSleep.as_str(), "shutdown:sleep");
+    }
+
+    #[test]
     fn why_carries_node_and_token() {
         let cfg = InhibitorConfig::new("node-a");
         assert_eq!(cfg.token.len(), 16);
