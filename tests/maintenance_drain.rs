@@ -499,7 +499,9 @@ objects:
 /// A maintenance over three nodes with `maxConcurrentDrains: 1`: every node
 /// is cordoned at once, but only one evicts at a time, each taking the
 /// object's drain slot and giving it back once drained; the others say
-/// what they wait for.
+/// what they wait for. A budget holds the first node's drain until the
+/// waiting has been seen, so the test does not race a drain that is over
+/// in a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_maintenance_limited_to_one_drain_at_a_time_drains_its_nodes_one_after_another() {
     let scenario = maintd::sim::scenario::Scenario::from_yaml(THREE_NODES).unwrap();
@@ -514,7 +516,32 @@ async fn a_maintenance_limited_to_one_drain_at_a_time_drains_its_nodes_one_after
             pod["metadata"]["annotations"] = json!({"sim.maintd.io/shutdown-seconds": "0.5"});
             post_pod(&sim, &pod).await;
         }
+        post_pod(
+            &sim,
+            &pod_json(
+                "default",
+                &format!("{node}-p3"),
+                node,
+                json!({"app": "hold"}),
+            ),
+        )
+        .await;
     }
+    let pdb = json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "hold", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "hold"}}, "maxUnavailable": 0},
+    });
+    let pdb_path = "/apis/policy/v1/namespaces/default/poddisruptionbudgets";
+    let (code, body) = raw(
+        &sim,
+        "POST",
+        pdb_path,
+        "application/json",
+        serde_json::to_vec(&pdb).unwrap(),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
     sim.wait_settled(std::time::Duration::from_secs(30))
         .await
         .unwrap();
@@ -551,6 +578,22 @@ async fn a_maintenance_limited_to_one_drain_at_a_time_drains_its_nodes_one_after
         }
     })
     .await;
+    // Nothing was drained while the slot's holder was held.
+    for node in ["node-a", "node-b", "node-c"] {
+        assert_ne!(
+            node_drain(&client, node).await["status"]["phase"],
+            "Drained"
+        );
+    }
+    let (code, body) = raw(
+        &sim,
+        "DELETE",
+        &format!("{pdb_path}/hold"),
+        "application/json",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
     let c = client.clone();
     eventually("every node is drained", || {
         let c = c.clone();
@@ -575,7 +618,7 @@ async fn a_maintenance_limited_to_one_drain_at_a_time_drains_its_nodes_one_after
         .filter(|e| e.verb == "evict" && e.code == 201)
         .map(|e| e.name.split("-p").next().unwrap_or("").to_string())
         .collect();
-    assert_eq!(order.len(), 9, "{order:?}");
+    assert_eq!(order.len(), 12, "{order:?}");
     let mut runs = order.clone();
     runs.dedup();
     assert_eq!(runs.len(), 3, "one node's evictions at a time: {order:?}");
