@@ -39,8 +39,16 @@ pub fn render(plan: &DrainPlan) -> String {
             stage.pods.len()
         ));
         for p in &stage.pods {
+            // What kubectl drain would warn of (no controller, emptyDir
+            // data, a malformed field) is said on the pod's own line.
+            let notes = if p.notes.is_empty() {
+                String::new()
+            } else {
+                let said: Vec<String> = p.notes.iter().map(ToString::to_string).collect();
+                format!("  ({})", said.join("; "))
+            };
             out.push_str(&format!(
-                "  {}/{}  priority {}  {:?}\n",
+                "  {}/{}  priority {}  {:?}{notes}\n",
                 p.namespace, p.name, p.priority, p.action
             ));
         }

@@ -31,9 +31,22 @@ async fn plan_prints_the_stages_and_what_is_skipped_without_acting() {
     );
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
     assert!(text.contains("stage 1: Default ≤ -5"), "{text}");
-    assert!(text.contains("default/bare"), "{text}");
+    // The bare pod's line warns as kubectl drain would.
+    let bare = text
+        .lines()
+        .find(|l| l.contains("default/bare"))
+        .unwrap_or_else(|| panic!("{text}"));
     assert!(
-        text.contains("not drained:") && text.contains("default/pinned"),
+        bare.contains("no controller: it will not be recreated")
+            && bare.contains("emptyDir data will be lost"),
+        "{bare}"
+    );
+    // A skipped pod says why it is left alone.
+    let (_, skipped) = text
+        .split_once("not drained:")
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        skipped.contains("default/pinned  opted out (label maintd.io/drain=skip)"),
         "{text}"
     );
     let json = run("json").await.unwrap();

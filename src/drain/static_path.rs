@@ -48,14 +48,30 @@ impl StaticPodDir {
 /// `staticPodPath` from `kubelet_config` (or the first of
 /// [`KUBELET_CONFIGS`] that exists), else [`DEFAULT_DIR`].
 pub fn resolve(flag: Option<PathBuf>, kubelet_config: Option<&Path>) -> StaticPodDir {
+    resolve_among(flag, kubelet_config, &KUBELET_CONFIGS.map(Path::new))
+}
+
+/// [`resolve`], probing `candidates` in order when no kubelet config is
+/// given: the first that sets a directory (or cannot be read) is used; one
+/// that exists but sets none is said in the warning if no other does.
+fn resolve_among(
+    flag: Option<PathBuf>,
+    kubelet_config: Option<&Path>,
+    candidates: &[&Path],
+) -> StaticPodDir {
     let found = match kubelet_config {
         Some(path) => Some(read_static_pod_path(path)),
-        None => KUBELET_CONFIGS
-            .iter()
-            .map(Path::new)
-            .filter(|p| p.is_file())
-            .map(read_static_pod_path)
-            .find(|r| !matches!(r, Found::NotSet(_))),
+        None => {
+            let mut read = candidates
+                .iter()
+                .filter(|p| p.is_file())
+                .map(|p| read_static_pod_path(p));
+            let first = read.next();
+            match first {
+                Some(Found::NotSet(_)) => read.find(|r| !matches!(r, Found::NotSet(_))).or(first),
+                said => said,
+            }
+        }
     };
     let (kubelet_dir, trouble) = match &found {
         Some(Found::Dir(path, dir)) => (Some((path, dir)), None),
@@ -189,6 +205,17 @@ mod tests {
                 .is_some_and(|w| w.contains("sets no staticPodPath")),
             "{r:?}"
         );
+        // An empty setting is no setting (the kubelet then runs no static
+        // pods from a directory).
+        let path = config(&tmp, "staticPodPath: \"  \"\n");
+        let r = resolve(None, Some(&path));
+        assert_eq!(r.dir, PathBuf::from(DEFAULT_DIR));
+        assert!(
+            r.warning
+                .as_deref()
+                .is_some_and(|w| w.contains("sets no staticPodPath")),
+            "{r:?}"
+        );
         let r = resolve(None, Some(&tmp.path().join("missing.yaml")));
         assert!(
             r.warning
@@ -204,5 +231,47 @@ mod tests {
                 .is_some_and(|w| w.contains("is not YAML")),
             "{r:?}"
         );
+    }
+
+    /// With no `--kubelet-config`, the usual places are tried in order: a
+    /// missing file is passed over, a file that sets no directory gives way
+    /// to a later one that does, and is named if none does.
+    #[test]
+    fn the_usual_kubelet_configs_are_probed_in_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let path = tmp.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let missing = tmp.path().join("missing.yaml");
+        let unset = write("unset.yaml", "kind: KubeletConfiguration\n");
+        let k3s = write("k3s.conf", "staticPodPath: /k3s/manifests\n");
+        let rke2 = write("rke2.conf", "staticPodPath: /rke2/manifests\n");
+
+        let r = resolve_among(None, None, &[&missing, &unset, &k3s, &rke2]);
+        assert_eq!(r.dir, PathBuf::from("/k3s/manifests"));
+        assert_eq!(r.from, format!("staticPodPath in {}", k3s.display()));
+        assert_eq!(r.warning, None);
+
+        let r = resolve_among(None, None, &[&rke2, &k3s]);
+        assert_eq!(r.dir, PathBuf::from("/rke2/manifests"));
+
+        let r = resolve_among(None, None, &[&missing, &unset]);
+        assert_eq!(r.dir, PathBuf::from(DEFAULT_DIR));
+        assert_eq!(
+            r.warning,
+            Some(format!(
+                "the kubelet config {} sets no staticPodPath; using {DEFAULT_DIR}",
+                unset.display()
+            ))
+        );
+
+        let r = resolve_among(None, None, &[&missing]);
+        assert_eq!(r.dir, PathBuf::from(DEFAULT_DIR));
+        assert_eq!(r.warning, None, "no kubelet config at all is not a fault");
+        // An explicit config is read even where none of the usual ones is.
+        let r = resolve_among(None, Some(&rke2), &[&k3s]);
+        assert_eq!(r.dir, PathBuf::from("/rke2/manifests"));
     }
 }

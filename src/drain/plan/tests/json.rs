@@ -264,6 +264,13 @@ fn not_an_object_at_all() {
 fn long_strings_are_cut_in_warnings() {
     let p = PodInfo::from_json(&pod_json(json!({"spec": {"priority": "x".repeat(500)}})));
     assert!(p.warnings[0].len() < 200, "{}", p.warnings[0]);
+    // Up to 40 characters are shown whole; more are cut at 40 and marked.
+    let said = |s: &str| PodInfo::from_json(&pod_json(json!({"spec": {"priority": s}}))).warnings;
+    let forty = "y".repeat(40);
+    let w = &said(&forty)[0];
+    assert!(w.contains(&format!("found the string {forty:?};")), "{w}");
+    let w = &said(&"y".repeat(41))[0];
+    assert!(w.contains(&format!("the string {forty:?}…;")), "{w}");
 }
 
 #[test]
