@@ -13,7 +13,10 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use maintd::coordination::{Acquisition, CONTROL_PLANE_LABEL, RebootSlots};
+use maintd::coordination::{
+    Acquisition, CONTROL_PLANE_LABEL, RebootSlots, SlotRequest, wait_for_slot,
+};
+use maintd::index::WatchGuard;
 
 const NS: &str = "kube-system";
 const LONG: Duration = Duration::from_secs(60);
@@ -252,4 +255,114 @@ async fn a_slot_given_back_while_the_api_server_fails_is_given_back_once_it_answ
         "given back once it answers"
     );
     assert!(b.try_acquire("node-b").await.unwrap().is_acquired());
+}
+
+/// A slot taken over behind its holder's back (its Lease rewritten while
+/// the holder was paused, say): the holder's next renewal finds it so,
+/// stops renewing, says it no longer holds it, and giving it back leaves
+/// the new holder's hold alone.
+#[tokio::test]
+async fn a_holder_whose_slot_was_taken_over_knows_it_and_leaves_it_alone() {
+    let sim = common::sim().await;
+    let a = slots(&sim, "workers", 1, Duration::from_secs(2));
+    let guard = match a
+        .acquire_with_renewal("node-a", CancellationToken::new())
+        .await
+        .unwrap()
+    {
+        Acquisition::Acquired(g) => g,
+        other => panic!("node-a should get the free slot, got {other:?}"),
+    };
+    assert_eq!(guard.group(), "workers");
+    let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(sim.client(), NS);
+    let lease = leases.get(guard.slot()).await.unwrap();
+    assert_eq!(
+        lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref()),
+        Some("node-a"),
+        "the guard names the Lease it holds"
+    );
+    assert!(guard.still_held());
+    leases
+        .patch(
+            guard.slot(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"holderIdentity": "node-b"}})),
+        )
+        .await
+        .unwrap();
+    let held = || guard.still_held();
+    common::eventually("node-a's renewal finds the slot lost", || {
+        let lost = !held();
+        async move { lost }
+    })
+    .await;
+    assert!(
+        !guard.release().await.unwrap(),
+        "nothing of node-a's to give back"
+    );
+    assert_eq!(
+        holders_of(&a.try_acquire("node-a").await.unwrap()),
+        ["node-b"],
+        "node-b keeps the slot"
+    );
+}
+
+/// A control-plane node waiting for its slot while a peer is NotReady says
+/// which peer it waits for, asks again every few seconds rather than in a
+/// loop (at 5,000 nodes, a waiter that spins is load on the API server),
+/// and takes the slot once the peer is Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_node_waiting_on_a_not_ready_peer_asks_again_every_few_seconds() {
+    let sim = common::sim().await;
+    let client = sim.client();
+    control_plane_node(&client, "cp-1", true).await;
+    control_plane_node(&client, "cp-2", false).await;
+    let request = SlotRequest {
+        slots: control_plane_slots(&client, "cp-1").await,
+        node: "cp-1".into(),
+        what: "a reboot slot".into(),
+    };
+    let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let s = said.clone();
+    let waiting = tokio::spawn(wait_for_slot(
+        client.clone(),
+        request,
+        WatchGuard::default(),
+        CancellationToken::new(),
+        CancellationToken::new(),
+        std::sync::Arc::new(move |m: String| s.lock().unwrap().push(m)),
+    ));
+    let last = || said.lock().unwrap().last().cloned().unwrap_or_default();
+    common::eventually("the wait names the NotReady peer", || {
+        let m = last();
+        async move { m.contains("another control-plane node is NotReady (cp-2)") }
+    })
+    .await;
+    // Each try reads the node first; a try is made at most every five
+    // seconds (plus a random pause), so four or more in 12 s is a loop.
+    let tries = || {
+        sim.state
+            .audit
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path == "/api/v1/nodes/cp-1")
+            .count()
+    };
+    let before = tries();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let during = tries() - before;
+    assert!(during <= 3, "{during} tries in 12 s");
+    assert!(!waiting.is_finished());
+
+    set_ready(&client, "cp-2", true).await;
+    let guard = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the slot is taken once the peer is Ready")
+        .unwrap()
+        .expect("not cancelled");
+    assert_eq!(guard.group(), "control-plane");
+    assert!(guard.release().await.unwrap());
 }

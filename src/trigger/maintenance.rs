@@ -443,4 +443,65 @@ mod tests {
         assert_eq!(d.sources.len(), 2);
         assert_eq!(d.entries.unwrap()[0].pod_priority, 5);
     }
+
+    /// A Drain stage asked now is urgent; one limited to a few drains at
+    /// once asks for the object's drain slot, one marked planned waits for
+    /// the agent's policy; either way its stage timeout is passed on.
+    #[test]
+    fn how_a_drain_stage_waits_follows_the_objects_limits() {
+        let request = |extra: Value| {
+            let mut spec =
+                json!({"nodeName": "node-a", "stage": "Drain", "stageTimeoutSeconds": 90});
+            json_patch::merge(&mut spec, &extra);
+            let effective = evaluate(&[obj("m", "2026-01-01T00:00:00Z", spec)], &node()).effective;
+            let mut d = Desired::default();
+            contribute(effective.as_ref(), &mut d);
+            d
+        };
+        let now = request(json!({}));
+        assert!(now.urgent && !now.policy && now.slot_asks.is_empty());
+        assert_eq!(now.stage_timeout, Some(std::time::Duration::from_secs(90)));
+
+        let limited = request(json!({"maxConcurrentDrains": 2}));
+        assert!(!limited.urgent && !limited.policy);
+        assert_eq!(
+            limited.slot_asks,
+            [crate::trigger::SlotAsk {
+                group: "nm-m".into(),
+                max: 2,
+                release_when_drained: true,
+                what: "a drain slot of NodeMaintenance m (at most 2 nodes drain at once)".into(),
+            }]
+        );
+
+        let planned = request(json!({"planned": true}));
+        assert!(!planned.urgent && planned.policy && planned.slot_asks.is_empty());
+        // A planned request stays planned when another asks too.
+        let mut d = Desired {
+            policy: true,
+            ..Desired::default()
+        };
+        let objs = [obj(
+            "m",
+            "2026-01-01T00:00:00Z",
+            json!({"nodeName": "node-a", "stage": "Drain", "maxConcurrentDrains": 1}),
+        )];
+        contribute(evaluate(&objs, &node()).effective.as_ref(), &mut d);
+        assert!(d.policy, "an object that is not planned takes nothing away");
+
+        // A timeout of zero or less is no timeout (validation refuses it;
+        // the request does not rely on that).
+        let objs = [obj(
+            "m",
+            "2026-01-01T00:00:00Z",
+            json!({"nodeName": "node-a", "stage": "Drain"}),
+        )];
+        let mut e = evaluate(&objs, &node()).effective.unwrap();
+        for t in [0, -5] {
+            e.stage_timeout_seconds = Some(t);
+            let mut d = Desired::default();
+            contribute(Some(&e), &mut d);
+            assert_eq!(d.stage_timeout, None, "{t}");
+        }
+    }
 }

@@ -100,3 +100,138 @@ impl Desired {
             && self.stage_timeout == other.stage_timeout
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::drain::plan::PodType;
+
+    fn ask(group: &str, release_when_drained: bool) -> SlotAsk {
+        SlotAsk {
+            group: group.into(),
+            max: 1,
+            release_when_drained,
+            what: format!("a slot of {group}"),
+        }
+    }
+
+    /// A planned drain (evicting, nothing urgent) with the given asks.
+    fn planned(asks: Vec<SlotAsk>) -> Desired {
+        Desired {
+            sources: vec!["local: reboot".into()],
+            evict: true,
+            slot_asks: asks,
+            policy: true,
+            ..Desired::default()
+        }
+    }
+
+    #[test]
+    fn a_planned_drain_holds_the_reboot_slot_before_a_drain_slot() {
+        let drain_slot = ask("nm-x", true);
+        let reboot_slot = ask("workers", false);
+        let both = planned(vec![drain_slot.clone(), reboot_slot.clone()]);
+        assert_eq!(both.slot(), Some(&reboot_slot), "held longest, taken first");
+        assert_eq!(planned(vec![drain_slot.clone()]).slot(), Some(&drain_slot));
+        assert_eq!(planned(vec![]).slot(), None);
+        // Nothing to hold a slot for: no eviction, or an urgent trigger
+        // (a shutdown does not wait its turn).
+        let cordon_only = Desired {
+            evict: false,
+            ..both.clone()
+        };
+        assert_eq!(cordon_only.slot(), None);
+        let urgent = Desired {
+            urgent: true,
+            ..both
+        };
+        assert_eq!(urgent.slot(), None);
+    }
+
+    #[test]
+    fn only_a_planned_eviction_that_asks_for_it_waits_for_the_policy() {
+        let d = planned(vec![]);
+        assert!(d.waits_for_policy());
+        for other in [
+            Desired {
+                evict: false,
+                ..d.clone()
+            },
+            Desired {
+                urgent: true,
+                ..d.clone()
+            },
+            Desired {
+                policy: false,
+                ..d.clone()
+            },
+        ] {
+            assert!(!other.waits_for_policy(), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn while_waiting_nothing_is_evicted_and_only_local_requests_stand_down() {
+        let d = Desired {
+            sources: vec![
+                "local: reboot".into(),
+                "local: fleetlock: zincati".into(),
+                "NodeMaintenance m (stage Drain)".into(),
+            ],
+            stage_timeout: Some(Duration::from_secs(60)),
+            ..planned(vec![ask("workers", false)])
+        };
+        let w = d.clone().while_waiting();
+        assert!(!w.evict);
+        assert_eq!(
+            w.sources,
+            [
+                "local: fleetlock: zincati",
+                "NodeMaintenance m (stage Drain)"
+            ]
+        );
+        assert_eq!(w.slot_asks, d.slot_asks);
+        assert_eq!(w.stage_timeout, d.stage_timeout);
+        assert!(w.policy);
+    }
+
+    #[test]
+    fn the_same_drain_is_the_same_plan_deadline_and_timeout_whoever_asks() {
+        let d = planned(vec![]);
+        let other_sources = Desired {
+            sources: vec!["taint maintd.io/drain".into()],
+            urgent: true,
+            ..d.clone()
+        };
+        assert!(d.same_drain(&other_sources));
+        let entries = Some(vec![PlanEntry {
+            pod_type: PodType::Default,
+            pod_priority: 0,
+            pod_selector: None,
+        }]);
+        let deadline = Some(tokio::time::Instant::now() + Duration::from_secs(30));
+        for changed in [
+            Desired {
+                evict: false,
+                ..d.clone()
+            },
+            Desired {
+                entries,
+                ..d.clone()
+            },
+            Desired {
+                deadline,
+                ..d.clone()
+            },
+            Desired {
+                stage_timeout: Some(Duration::from_secs(5)),
+                ..d.clone()
+            },
+        ] {
+            assert!(!d.same_drain(&changed), "{changed:?}");
+            assert!(!changed.same_drain(&d), "{changed:?}");
+        }
+    }
+}
