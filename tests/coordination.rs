@@ -366,3 +366,35 @@ async fn a_control_plane_node_waiting_on_a_not_ready_peer_asks_again_every_few_s
     assert_eq!(guard.group(), "control-plane");
     assert!(guard.release().await.unwrap());
 }
+
+/// Giving a slot back is tried again only while the hold would last
+/// anyway: once the Lease has lapsed by itself there is nothing left to
+/// give back, and the last error is returned rather than trying forever.
+#[tokio::test]
+async fn giving_a_slot_back_stops_trying_once_the_hold_has_lapsed_by_itself() {
+    let sim = common::sim().await;
+    let a = RebootSlots::new(
+        sim.client_with(false),
+        NS,
+        "workers",
+        1,
+        Duration::from_secs(2),
+    );
+    let guard = match a
+        .acquire_with_renewal("node-a", CancellationToken::new())
+        .await
+        .unwrap()
+    {
+        Acquisition::Acquired(g) => g,
+        _ => panic!("the only slot is free"),
+    };
+    sim.state.faults.fail_requests(1.0, 503);
+    let given_back = tokio::time::timeout(Duration::from_secs(30), guard.release())
+        .await
+        .expect("the release ends once the hold has lapsed");
+    sim.state.faults.clear();
+    assert!(given_back.is_err(), "{given_back:?}");
+    // The lapsed hold is no hold: the next node takes the slot.
+    let b = slots(&sim, "workers", 1, Duration::from_secs(2));
+    assert!(b.try_acquire("node-b").await.unwrap().is_acquired());
+}
