@@ -14,7 +14,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use maintd::coordination::{
-    Acquisition, CONTROL_PLANE_LABEL, RebootSlots, SlotRequest, wait_for_slot,
+    Acquisition, CONTROL_PLANE_LABEL, RebootSlots, SlotGuard, SlotRequest, wait_for_slot,
 };
 use maintd::index::WatchGuard;
 
@@ -23,6 +23,18 @@ const LONG: Duration = Duration::from_secs(60);
 
 fn slots(sim: &maintd::sim::SimCluster, group: &str, max: u32, d: Duration) -> RebootSlots {
     RebootSlots::new(sim.client(), NS, group, max, d)
+}
+
+/// `node`'s hold on the free slot of `slots`, renewed until released.
+async fn hold(slots: &RebootSlots, node: &str) -> SlotGuard {
+    match slots
+        .acquire_with_renewal(node, CancellationToken::new())
+        .await
+        .unwrap()
+    {
+        Acquisition::Acquired(g) => g,
+        other => panic!("{node} should get the free slot, got {other:?}"),
+    }
 }
 
 fn holders_of<T>(a: &Acquisition<T>) -> Vec<String> {
@@ -82,14 +94,7 @@ async fn a_dead_holder_loses_its_slot_once_the_lease_expires() {
     let sim = common::sim().await;
     let d = Duration::from_secs(2);
     let a = slots(&sim, "workers", 1, d);
-    let guard = match a
-        .acquire_with_renewal("node-a", CancellationToken::new())
-        .await
-        .unwrap()
-    {
-        Acquisition::Acquired(g) => g,
-        other => panic!("node-a should get the free slot, got {other:?}"),
-    };
+    let guard = hold(&a, "node-a").await;
     let b = slots(&sim, "workers", 1, d);
     assert!(!b.try_acquire("node-b").await.unwrap().is_acquired());
     // The agent dies: no release, no more renewals.
@@ -110,14 +115,7 @@ async fn a_renewing_holder_keeps_its_slot_past_the_lease_duration() {
     let sim = common::sim().await;
     let d = Duration::from_secs(2);
     let a = slots(&sim, "workers", 1, d);
-    let guard = match a
-        .acquire_with_renewal("node-a", CancellationToken::new())
-        .await
-        .unwrap()
-    {
-        Acquisition::Acquired(g) => g,
-        other => panic!("node-a should get the free slot, got {other:?}"),
-    };
+    let guard = hold(&a, "node-a").await;
     let b = slots(&sim, "workers", 1, d);
     for _ in 0..6 {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -234,14 +232,7 @@ async fn a_slot_given_back_while_the_api_server_fails_is_given_back_once_it_answ
     // Without kube's own retries, as the agent's client is.
     let a = RebootSlots::new(sim.client_with(false), NS, "workers", 1, LONG);
     let b = slots(&sim, "workers", 1, LONG);
-    let guard = match a
-        .acquire_with_renewal("node-a", CancellationToken::new())
-        .await
-        .unwrap()
-    {
-        Acquisition::Acquired(g) => g,
-        _ => panic!("the only slot is free"),
-    };
+    let guard = hold(&a, "node-a").await;
     sim.state.faults.fail_requests(1.0, 503);
     let release = tokio::spawn(guard.release());
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -265,14 +256,7 @@ async fn a_slot_given_back_while_the_api_server_fails_is_given_back_once_it_answ
 async fn a_holder_whose_slot_was_taken_over_knows_it_and_leaves_it_alone() {
     let sim = common::sim().await;
     let a = slots(&sim, "workers", 1, Duration::from_secs(2));
-    let guard = match a
-        .acquire_with_renewal("node-a", CancellationToken::new())
-        .await
-        .unwrap()
-    {
-        Acquisition::Acquired(g) => g,
-        other => panic!("node-a should get the free slot, got {other:?}"),
-    };
+    let guard = hold(&a, "node-a").await;
     assert_eq!(guard.group(), "workers");
     let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(sim.client(), NS);
     let lease = leases.get(guard.slot()).await.unwrap();
@@ -380,14 +364,7 @@ async fn giving_a_slot_back_stops_trying_once_the_hold_has_lapsed_by_itself() {
         1,
         Duration::from_secs(2),
     );
-    let guard = match a
-        .acquire_with_renewal("node-a", CancellationToken::new())
-        .await
-        .unwrap()
-    {
-        Acquisition::Acquired(g) => g,
-        _ => panic!("the only slot is free"),
-    };
+    let guard = hold(&a, "node-a").await;
     sim.state.faults.fail_requests(1.0, 503);
     let given_back = tokio::time::timeout(Duration::from_secs(30), guard.release())
         .await

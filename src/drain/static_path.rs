@@ -196,26 +196,21 @@ mod tests {
     #[test]
     fn a_config_without_the_setting_or_unreadable_falls_back_with_a_warning() {
         let tmp = tempfile::tempdir().unwrap();
-        let path = config(&tmp, "{\"kind\": \"KubeletConfiguration\"}");
-        let r = resolve(None, Some(&path));
-        assert_eq!(r.dir, PathBuf::from(DEFAULT_DIR));
-        assert!(
-            r.warning
-                .as_deref()
-                .is_some_and(|w| w.contains("sets no staticPodPath")),
-            "{r:?}"
-        );
-        // An empty setting is no setting (the kubelet then runs no static
+        // No setting, or an empty one (the kubelet then runs no static
         // pods from a directory).
-        let path = config(&tmp, "staticPodPath: \"  \"\n");
-        let r = resolve(None, Some(&path));
-        assert_eq!(r.dir, PathBuf::from(DEFAULT_DIR));
-        assert!(
-            r.warning
-                .as_deref()
-                .is_some_and(|w| w.contains("sets no staticPodPath")),
-            "{r:?}"
-        );
+        for text in [
+            "{\"kind\": \"KubeletConfiguration\"}",
+            "staticPodPath: \"  \"\n",
+        ] {
+            let r = resolve(None, Some(&config(&tmp, text)));
+            assert_eq!(r.dir, PathBuf::from(DEFAULT_DIR));
+            assert!(
+                r.warning
+                    .as_deref()
+                    .is_some_and(|w| w.contains("sets no staticPodPath")),
+                "{text}: {r:?}"
+            );
+        }
         let r = resolve(None, Some(&tmp.path().join("missing.yaml")));
         assert!(
             r.warning
