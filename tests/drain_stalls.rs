@@ -16,25 +16,6 @@ use maintd::drain::progress::{EventKind, Phase, StageState};
 use maintd::sim::SimCluster;
 use serde_json::{Value, json};
 
-/// A budget that never allows a disruption of the pods labelled
-/// app=`name`: eviction alone never gets them off the node.
-async fn unmovable_budget(sim: &SimCluster, name: &str) {
-    let pdb = json!({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"selector": {"matchLabels": {"app": name}}, "maxUnavailable": 0},
-    });
-    let (code, body) = raw(
-        sim,
-        "POST",
-        "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
-        "application/json",
-        serde_json::to_vec(&pdb).unwrap(),
-    )
-    .await;
-    assert_eq!(code, 201, "{body}");
-}
-
 /// Reboot slots of local drains live in the `maintd` namespace.
 async fn maintd_namespace(sim: &SimCluster) {
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "maintd"}});

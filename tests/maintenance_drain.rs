@@ -527,21 +527,7 @@ async fn a_maintenance_limited_to_one_drain_at_a_time_drains_its_nodes_one_after
         )
         .await;
     }
-    let pdb = json!({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": "hold", "namespace": "default"},
-        "spec": {"selector": {"matchLabels": {"app": "hold"}}, "maxUnavailable": 0},
-    });
-    let pdb_path = "/apis/policy/v1/namespaces/default/poddisruptionbudgets";
-    let (code, body) = raw(
-        &sim,
-        "POST",
-        pdb_path,
-        "application/json",
-        serde_json::to_vec(&pdb).unwrap(),
-    )
-    .await;
-    assert_eq!(code, 201, "{body}");
+    unmovable_budget(&sim, "hold").await;
     sim.wait_settled(std::time::Duration::from_secs(30))
         .await
         .unwrap();
@@ -588,7 +574,7 @@ async fn a_maintenance_limited_to_one_drain_at_a_time_drains_its_nodes_one_after
     let (code, body) = raw(
         &sim,
         "DELETE",
-        &format!("{pdb_path}/hold"),
+        &format!("{DEFAULT_BUDGETS}/hold"),
         "application/json",
         Vec::new(),
     )

@@ -324,20 +324,7 @@ async fn a_suspend_drains_then_lets_go_and_the_resume_undoes_the_drain() {
 /// A pod no eviction moves (its budget never allows a disruption), first in
 /// the plan, that uses all of its 30 s grace period once deleted.
 async fn add_guarded(sim: &SimCluster) {
-    let pdb = json!({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": "guarded", "namespace": "default"},
-        "spec": {"selector": {"matchLabels": {"app": "guarded"}}, "maxUnavailable": 0},
-    });
-    let (code, body) = raw(
-        sim,
-        "POST",
-        "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
-        "application/json",
-        serde_json::to_vec(&pdb).unwrap(),
-    )
-    .await;
-    assert_eq!(code, 201, "{body}");
+    unmovable_budget(sim, "guarded").await;
     let mut pod = pod_json("default", "guarded", "node-a", json!({"app": "guarded"}));
     pod["metadata"]["annotations"] = json!({"sim.maintd.io/shutdown-seconds": "600"});
     pod["spec"]["priority"] = json!(-10);

@@ -46,7 +46,7 @@ impl StaticPodDir {
 
 /// Chooses the static pod directory: `flag` if given, else the kubelet's
 /// `staticPodPath` from `kubelet_config` (or the first of
-/// [`KUBELET_CONFIGS`] that exists), else [`DEFAULT_DIR`].
+/// [`KUBELET_CONFIGS`] that sets it), else [`DEFAULT_DIR`].
 pub fn resolve(flag: Option<PathBuf>, kubelet_config: Option<&Path>) -> StaticPodDir {
     resolve_among(flag, kubelet_config, &KUBELET_CONFIGS.map(Path::new))
 }

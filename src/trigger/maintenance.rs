@@ -449,13 +449,18 @@ mod tests {
     /// the agent's policy; either way its stage timeout is passed on.
     #[test]
     fn how_a_drain_stage_waits_follows_the_objects_limits() {
-        let request = |extra: Value| {
+        // Object m at stage Drain with a 90 s stage timeout, `extra` merged in.
+        let effective = |extra: Value| {
             let mut spec =
                 json!({"nodeName": "node-a", "stage": "Drain", "stageTimeoutSeconds": 90});
             json_patch::merge(&mut spec, &extra);
-            let effective = evaluate(&[obj("m", "2026-01-01T00:00:00Z", spec)], &node()).effective;
+            evaluate(&[obj("m", "2026-01-01T00:00:00Z", spec)], &node())
+                .effective
+                .unwrap()
+        };
+        let request = |extra: Value| {
             let mut d = Desired::default();
-            contribute(effective.as_ref(), &mut d);
+            contribute(Some(&effective(extra)), &mut d);
             d
         };
         let now = request(json!({}));
@@ -481,22 +486,12 @@ mod tests {
             policy: true,
             ..Desired::default()
         };
-        let objs = [obj(
-            "m",
-            "2026-01-01T00:00:00Z",
-            json!({"nodeName": "node-a", "stage": "Drain", "maxConcurrentDrains": 1}),
-        )];
-        contribute(evaluate(&objs, &node()).effective.as_ref(), &mut d);
+        contribute(Some(&effective(json!({"maxConcurrentDrains": 1}))), &mut d);
         assert!(d.policy, "an object that is not planned takes nothing away");
 
         // A timeout of zero or less is no timeout (validation refuses it;
         // the request does not rely on that).
-        let objs = [obj(
-            "m",
-            "2026-01-01T00:00:00Z",
-            json!({"nodeName": "node-a", "stage": "Drain"}),
-        )];
-        let mut e = evaluate(&objs, &node()).effective.unwrap();
+        let mut e = effective(json!({}));
         for t in [0, -5] {
             e.stage_timeout_seconds = Some(t);
             let mut d = Desired::default();

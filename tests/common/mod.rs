@@ -180,6 +180,28 @@ pub async fn post_pod(sim: &SimCluster, pod: &Value) {
     assert_eq!(code, 201, "{body}");
 }
 
+/// The path of the default namespace's PodDisruptionBudgets.
+pub const DEFAULT_BUDGETS: &str = "/apis/policy/v1/namespaces/default/poddisruptionbudgets";
+
+/// A budget in `default` that never allows a disruption of the pods
+/// labelled app=`name`: eviction alone never gets them off their node.
+pub async fn unmovable_budget(sim: &SimCluster, name: &str) {
+    let pdb = json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": name}}, "maxUnavailable": 0},
+    });
+    let (code, body) = raw(
+        sim,
+        "POST",
+        DEFAULT_BUDGETS,
+        "application/json",
+        serde_json::to_vec(&pdb).unwrap(),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+}
+
 /// Whether the node is cordoned (spec.unschedulable), as the API says now.
 pub async fn is_cordoned(client: &kube::Client, node: &str) -> bool {
     let node = Api::<Node>::all(client.clone())
