@@ -368,3 +368,128 @@ async fn sim_restart_losing_state_mid_shutdown_counts_as_cancel() {
     assert_eq!(count_ours(&logind, &token).await, 1);
     assert!(!handle.status().preparing);
 }
+
+/// logind restarting in the middle of a shutdown, with its state kept, is
+/// the same shutdown: the lock is found again, and the agent is not told
+/// of a second shutdown (which would start its drain's clock again).
+#[tokio::test]
+async fn sim_restart_keeping_state_mid_shutdown_is_the_same_shutdown() {
+    let bus = PrivateBus::start().unwrap();
+    let sim = sim(&bus, Duration::from_secs(600)).await;
+    let cfg = config(&bus);
+    let token = cfg.token.clone();
+    let (handle, mut events) = ShutdownInhibitor::start(cfg);
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    sim.reboot().await;
+    assert!(matches!(
+        next_event(&mut events).await,
+        ShutdownEvent::Preparing {
+            already_in_progress: false,
+            ..
+        }
+    ));
+
+    sim.restart(RestartMode::KeepState).await.unwrap();
+    let mut after = vec![];
+    loop {
+        let e = next_event(&mut events).await;
+        after.push(e.clone());
+        if e == ShutdownEvent::LockHeld {
+            break;
+        }
+    }
+    assert!(
+        matches!(
+            after.as_slice(),
+            [ShutdownEvent::LockLost { .. }, ShutdownEvent::LockHeld]
+        ),
+        "{after:?}"
+    );
+    assert!(handle.status().preparing);
+    assert_eq!(count_ours(&client(&bus).await, &token).await, 1);
+}
+
+/// With logind's bus gone (a socket that takes connections and closes
+/// them), the lock holder tries again with a growing pause, capped, and
+/// does not spin: a node agent looping on a dead bus burns the node's CPU.
+#[tokio::test]
+async fn a_dead_bus_is_retried_with_a_growing_pause() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bus");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let tries = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = tries.clone();
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(conn);
+        }
+    });
+    let mut cfg = maintd::inhibitor::InhibitorConfig::new("node-a");
+    cfg.bus = maintd::logind::BusAddress::Address(format!("unix:path={}", path.display()));
+    cfg.reconnect_initial = Duration::from_millis(100);
+    cfg.reconnect_max = Duration::from_millis(800);
+    let (handle, mut events) = ShutdownInhibitor::start(cfg);
+    assert!(matches!(
+        next_event(&mut events).await,
+        ShutdownEvent::LockLost { .. }
+    ));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let n = tries.load(std::sync::atomic::Ordering::SeqCst);
+    // Pauses of 0.1, 0.2, 0.4, then 0.8 s: about seven tries in 3 s.
+    assert!((3..=12).contains(&n), "{n} connection attempts in 3 s");
+    assert!(!handle.status().held);
+    assert!(handle.status().last_error.is_some());
+}
+
+/// A logind that answers before it has read its locks back from /run
+/// lists none of them for a moment: the agent gives it that moment
+/// (`restore_grace`) rather than taking a second lock at once, and ends
+/// with the one lock it held.
+#[tokio::test]
+async fn sim_restart_restoring_state_late_keeps_the_one_lock() {
+    let bus = PrivateBus::start().unwrap();
+    let sim = sim(&bus, Duration::from_secs(600)).await;
+    let cfg = config(&bus);
+    let token = cfg.token.clone();
+    let (handle, mut events) = ShutdownInhibitor::start(cfg);
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+
+    sim.restart(RestartMode::KeepStateLate(Duration::from_millis(100)))
+        .await
+        .unwrap();
+    event_matching(&mut events, |e| *e == ShutdownEvent::LockHeld).await;
+    assert_eq!(count_ours(&client(&bus).await, &token).await, 1);
+    assert_eq!(sim.locks_granted(), 1, "no second lock was taken");
+    assert!(handle.status().held);
+}
+
+/// logind refusing the lock (its InhibitorsMax reached) is reported, and
+/// the lock is asked for again until it is given: a refusal that passes
+/// must not leave the node's reboots unguarded.
+#[tokio::test]
+async fn sim_a_refused_lock_is_asked_for_again_until_given() {
+    let bus = PrivateBus::start().unwrap();
+    let sim = sim(&bus, Duration::from_secs(600)).await;
+    let logind = client(&bus).await;
+    let other = logind
+        .inhibit("shutdown", "updater", "applying updates", "delay")
+        .await
+        .unwrap();
+    sim.set_inhibitors_max(Some(1));
+    let cfg = config(&bus);
+    let token = cfg.token.clone();
+    let (handle, mut events) = ShutdownInhibitor::start(cfg);
+    match next_event(&mut events).await {
+        ShutdownEvent::LockLost { reason } => {
+            assert!(reason.contains("Too many inhibitors"), "{reason}")
+        }
+        other => panic!("expected LockLost, got {other:?}"),
+    }
+    assert!(!handle.status().held);
+    // The other lock goes; no bus event tells the agent so.
+    drop(other);
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    assert_eq!(count_ours(&logind, &token).await, 1);
+    assert!(handle.status().held);
+}

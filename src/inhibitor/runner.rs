@@ -45,6 +45,10 @@ pub(super) struct Runner {
     preparing: bool,
     /// LockLost was already sent for the current outage.
     lost_reported: bool,
+    /// logind refused the lock (not a lost bus): when to ask again, and
+    /// the pause after that, doubling up to `reconnect_max`.
+    lock_retry: Option<Instant>,
+    lock_backoff: Duration,
     competing_seen: BTreeSet<(String, String)>,
 }
 
@@ -55,6 +59,7 @@ impl Runner {
         status: watch::Sender<InhibitorStatus>,
         commands: mpsc::Receiver<Command>,
     ) -> Self {
+        let cfg_backoff = cfg.reconnect_initial;
         Runner {
             why: cfg.why(),
             cfg,
@@ -65,6 +70,8 @@ impl Runner {
             released: false,
             preparing: false,
             lost_reported: false,
+            lock_retry: None,
+            lock_backoff: cfg_backoff,
             competing_seen: BTreeSet::new(),
         }
     }
@@ -119,6 +126,7 @@ impl Runner {
             Err(e) => return e.into(),
         };
         *connected = true;
+        self.lock_retry = None;
 
         if let Err(exit) = self.sync_preparing(&logind).await {
             return exit;
@@ -162,6 +170,10 @@ impl Runner {
                     None => return Exit::Stop,
                     Some(cmd) => { self.command(cmd); Ok(()) }
                 },
+                () = sleep_until(self.lock_retry) => {
+                    self.lock_retry = None;
+                    self.reconcile(&logind, false).await
+                }
             };
             if let Err(exit) = step {
                 return exit;
@@ -299,7 +311,13 @@ impl Runner {
             }
             Err(e) if e.is_disconnect() => Err(e.into()),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot take the shutdown delay lock");
+                // Refused (too many inhibitors, not allowed, a shutdown
+                // already running): asked again after a pause, so a
+                // refusal that passes does not leave the node unguarded.
+                let retry_in = self.lock_backoff;
+                self.lock_backoff = (retry_in * 2).min(self.cfg.reconnect_max);
+                self.lock_retry = Some(Instant::now() + retry_in);
+                tracing::warn!(error = %e, ?retry_in, "cannot take the shutdown delay lock");
                 self.mark_lost(e.to_string()).await;
                 Ok(())
             }
@@ -355,6 +373,8 @@ impl Runner {
     async fn mark_held(&mut self) {
         let was_held = self.status.borrow().held;
         self.lost_reported = false;
+        self.lock_retry = None;
+        self.lock_backoff = self.cfg.reconnect_initial;
         self.status.send_modify(|s| {
             s.held = true;
             s.last_error = None;
@@ -390,5 +410,12 @@ impl Runner {
     async fn emit(&self, event: ShutdownEvent) {
         // A consumer that went away is not our failure; keep holding the lock.
         let _ = self.events.send(event).await;
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
     }
 }

@@ -59,6 +59,10 @@ pub enum RestartMode {
     /// Like a logind that lost /run: every lock is forgotten (and its pipe
     /// closed), and a shutdown in progress is forgotten too.
     LoseState,
+    /// Like a logind that answers on the bus before it has read its state
+    /// back: for this long its table lists none of the old locks, then
+    /// they are back (those whose fd was closed meanwhile stay gone).
+    KeepStateLate(Duration),
 }
 
 /// Errors of the simulation's own plumbing.
@@ -96,6 +100,8 @@ pub(crate) struct State {
     next_id: u64,
     records: Vec<ShutdownRecord>,
     cancel: Option<oneshot::Sender<()>>,
+    /// logind's InhibitorsMax: more locks than this are refused.
+    inhibitors_max: Option<usize>,
 }
 
 impl State {
@@ -153,6 +159,7 @@ impl SimLogind {
                 next_id: 1,
                 records: Vec::new(),
                 cancel: None,
+                inhibitors_max: None,
             }),
             changed: Notify::new(),
             records: watch::Sender::new(0),
@@ -174,6 +181,12 @@ impl SimLogind {
     /// forgotten (it stays so once recorded, as the sim does not go down).
     pub fn preparing_for_shutdown(&self) -> bool {
         self.shared.state().preparing
+    }
+
+    /// Refuses new locks while this many are held, as logind does at its
+    /// InhibitorsMax (None: no limit, the default).
+    pub fn set_inhibitors_max(&self, max: Option<usize>) {
+        self.shared.state().inhibitors_max = max;
     }
 
     /// How many locks `Inhibit` has handed out since start (restarts included).
@@ -245,8 +258,22 @@ impl SimLogind {
             drop(cancel);
             self.shared.changed.notify_waiters();
         }
+        let late = match mode {
+            RestartMode::KeepStateLate(after) => {
+                Some((after, std::mem::take(&mut self.shared.state().entries)))
+            }
+            _ => None,
+        };
         let conn = serve(&self.shared).await?;
         *self.shared.conn.lock().await = Some(conn);
+        if let Some((after, held)) = late {
+            tokio::time::sleep(after).await;
+            let mut state = self.shared.state();
+            // A lock whose fd was closed meanwhile has no watcher left.
+            state
+                .entries
+                .extend(held.into_iter().filter(|(_, e)| !e.watcher.is_finished()));
+        }
         Ok(())
     }
 

@@ -219,3 +219,41 @@ async fn malformed_signal_is_skipped_not_a_panic() {
     );
     assert!(handle.status().held);
 }
+
+/// A logind that cannot list its locks (ListInhibitors fails) still gives
+/// the agent its lock; later, the agent keeps the fd it has rather than
+/// taking a second lock it cannot see, and says the lock is in doubt.
+#[tokio::test]
+async fn a_failing_lock_list_neither_stops_the_lock_nor_doubles_it() {
+    let bus = PrivateBus::start().unwrap();
+    let mock = DbusMock::start(&bus, true).await;
+    mock.add_property("InhibitDelayMaxUSec", Value::U64(5_000_000))
+        .await;
+    mock.add_method(
+        "ListInhibitors",
+        "",
+        "a(ssssuu)",
+        "raise dbus.exceptions.DBusException('the inhibitor table is busy', name='org.freedesktop.DBus.Error.Failed')",
+    )
+    .await;
+    let (handle, mut events) = ShutdownInhibitor::start(config(&bus));
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    assert_eq!(mock.calls("Inhibit").await, 1);
+
+    // A shutdown that is called off makes the agent look at its lock again.
+    mock.emit_prepare_for_shutdown(true).await;
+    assert!(matches!(
+        next_event(&mut events).await,
+        ShutdownEvent::Preparing { .. }
+    ));
+    mock.emit_prepare_for_shutdown(false).await;
+    assert_eq!(next_event(&mut events).await, ShutdownEvent::Cancelled);
+    match next_event(&mut events).await {
+        ShutdownEvent::LockLost { reason } => {
+            assert!(reason.contains("inhibitor table is busy"), "{reason}")
+        }
+        other => panic!("expected LockLost, got {other:?}"),
+    }
+    assert_eq!(mock.calls("Inhibit").await, 1, "no second lock was taken");
+    handle.release().await.unwrap();
+}

@@ -137,6 +137,24 @@ impl DbusMock {
             .unwrap_or_else(|e| panic!("dbusmock {method}: {e}"));
     }
 
+    /// How many times `method` of the logind interface was called.
+    pub async fn calls(&self, method: &str) -> usize {
+        let reply = self
+            .conn
+            .call_method(
+                Some("org.freedesktop.login1"),
+                "/org/freedesktop/login1",
+                Some("org.freedesktop.DBus.Mock"),
+                "GetMethodCalls",
+                &(method,),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("dbusmock GetMethodCalls: {e}"));
+        let calls: Vec<(u64, Vec<zbus::zvariant::OwnedValue>)> =
+            reply.body().deserialize().expect("GetMethodCalls reply");
+        calls.len()
+    }
+
     pub async fn add_property(&self, name: &str, value: Value<'_>) {
         self.mock_call(
             "AddProperty",

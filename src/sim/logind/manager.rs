@@ -24,6 +24,9 @@ pub(crate) enum LoginError {
     /// The pipe could not be made.
     #[zbus(name = "DBus.Error.Failed")]
     Failed(String),
+    /// logind's InhibitorsMax reached.
+    #[zbus(name = "DBus.Error.LimitsExceeded")]
+    LimitsExceeded(String),
 }
 
 pub(crate) struct Manager {
@@ -74,6 +77,17 @@ impl Manager {
             return Err(LoginError::OperationInProgress(
                 "The operation inhibition has been requested for is already running".into(),
             ));
+        }
+        {
+            let state = self.shared.state();
+            if let Some(max) = state.inhibitors_max
+                && state.entries.len() >= max
+            {
+                return Err(LoginError::LimitsExceeded(format!(
+                    "Too many inhibitors ({}), refusing further inhibitors.",
+                    state.entries.len()
+                )));
+            }
         }
         let (uid, pid) = caller_creds(conn, &header).await;
         let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
