@@ -73,6 +73,11 @@ fn manifests_are_read_with_their_pod_names_and_bad_ones_reported() {
     assert_eq!(m[1].namespace.as_deref(), Some("kube-system"));
     assert!(m[0].error.is_some());
     assert!(m[2].error.as_deref().unwrap().contains("metadata.name"));
+    assert_eq!(m[0].grace_seconds, DEFAULT_GRACE_SECONDS);
+    assert_eq!(
+        m[1].grace_seconds, DEFAULT_GRACE_SECONDS,
+        "unset: the default"
+    );
     // A malformed manifest still moves and comes back intact.
     s.stash(None).unwrap();
     s.restore().unwrap();
@@ -218,6 +223,76 @@ fn a_kill_at_any_point_loses_no_manifest() {
                 "{op} after {moved} moves, journal {journal}: {r:?}"
             );
             assert!(!fresh.stash_dir.join(JOURNAL).exists());
+            // The interrupted operation is reported, by name when its
+            // journal was whole; a journal never renamed into place means
+            // no operation had started.
+            match journal {
+                "whole" => assert_eq!(
+                    r.recovered.as_deref(),
+                    Some(format!("an interrupted {op} of {}", names.join(", ")).as_str())
+                ),
+                "torn" => assert!(
+                    r.recovered
+                        .as_deref()
+                        .is_some_and(|w| w.contains("unreadable")),
+                    "{r:?}"
+                ),
+                _ => assert_eq!(r.recovered, None),
+            }
         }
     }
+}
+
+/// The grace the kubelet gives a static pod is read from its manifest; a
+/// negative one (which the API server would refuse) counts as the default.
+/// Once moved, the stashed manifests are read the same way, which is how a
+/// restarted agent knows the static pods it already stopped.
+#[test]
+fn grace_periods_are_read_from_manifests_in_place_and_in_the_stash() {
+    let (_root, s) = setup(&[
+        ("etcd.yaml", ETCD),
+        (
+            "short.yaml",
+            "kind: Pod\nmetadata: {name: short}\nspec: {terminationGracePeriodSeconds: 7}\n",
+        ),
+        (
+            "zero.yaml",
+            "kind: Pod\nmetadata: {name: zero}\nspec: {terminationGracePeriodSeconds: 0}\n",
+        ),
+        (
+            "negative.yaml",
+            "kind: Pod\nmetadata: {name: negative}\nspec: {terminationGracePeriodSeconds: -5}\n",
+        ),
+    ]);
+    let graces = |m: Vec<Manifest>| -> Vec<(String, i64)> {
+        m.into_iter().map(|m| (m.file, m.grace_seconds)).collect()
+    };
+    let want = vec![
+        ("etcd.yaml".to_string(), DEFAULT_GRACE_SECONDS),
+        ("negative.yaml".to_string(), DEFAULT_GRACE_SECONDS),
+        ("short.yaml".to_string(), 7),
+        ("zero.yaml".to_string(), 0),
+    ];
+    assert_eq!(graces(s.manifests().unwrap()), want);
+    assert!(s.stashed_manifests().unwrap().is_empty(), "no stash yet");
+    s.stash(Some(&["short.yaml".to_string(), "etcd.yaml".to_string()]))
+        .unwrap();
+    let stashed = s.stashed_manifests().unwrap();
+    assert_eq!(graces(stashed.clone()), [want[0].clone(), want[2].clone()]);
+    assert_eq!(stashed[0].pod_name.as_deref(), Some("etcd"));
+    assert_eq!(stashed[0].namespace.as_deref(), Some("kube-system"));
+}
+
+/// A static pod directory removed while its manifests were stashed (an
+/// admin cleaning up, a reinstalled kubelet) is made again on restore, and
+/// every manifest comes back into it.
+#[test]
+fn restore_makes_a_removed_manifest_directory_again() {
+    let (_root, s) = setup(&[("etcd.yaml", ETCD), ("kube-apiserver.json", API)]);
+    let before = contents(&s.manifest_dir);
+    s.stash(None).unwrap();
+    fs::remove_dir(&s.manifest_dir).unwrap();
+    let r = s.restore().unwrap();
+    assert_eq!(r.restored, ["etcd.yaml", "kube-apiserver.json"]);
+    assert_eq!(contents(&s.manifest_dir), before);
 }
