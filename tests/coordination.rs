@@ -375,3 +375,52 @@ async fn giving_a_slot_back_stops_trying_once_the_hold_has_lapsed_by_itself() {
     let b = slots(&sim, "workers", 1, Duration::from_secs(2));
     assert!(b.try_acquire("node-b").await.unwrap().is_acquired());
 }
+
+/// A node waiting behind a holder that died (no release, no renewals)
+/// names the holder, and takes the slot once the hold has expired: no
+/// write shows the expiry, so the waiter's own timer must.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_waiting_behind_a_dead_holder_takes_the_slot_when_the_hold_expires() {
+    let sim = common::sim().await;
+    let d = Duration::from_secs(3);
+    let guard = hold(&slots(&sim, "workers", 1, d), "node-a").await;
+    // The agent dies: its hold lasts out its duration and then lapses.
+    drop(guard);
+    let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let s = said.clone();
+    let request = SlotRequest {
+        slots: slots(&sim, "workers", 1, d),
+        node: "node-b".into(),
+        what: "a reboot slot".into(),
+    };
+    let guard = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::spawn(wait_for_slot(
+            sim.client(),
+            request,
+            WatchGuard::default(),
+            CancellationToken::new(),
+            CancellationToken::new(),
+            std::sync::Arc::new(move |m: String| s.lock().unwrap().push(m)),
+        )),
+    )
+    .await
+    .expect("the slot is taken once the dead holder's hold expires")
+    .expect("the wait does not panic")
+    .expect("not cancelled");
+    assert_eq!(
+        holders_of(
+            &slots(&sim, "workers", 1, d)
+                .try_acquire("node-a")
+                .await
+                .unwrap()
+        ),
+        ["node-b"]
+    );
+    let said = said.lock().unwrap().clone();
+    assert!(
+        said.first().is_some_and(|m| m.contains("node-a")),
+        "the wait named the holder first: {said:?}"
+    );
+    assert!(guard.release().await.unwrap());
+}
