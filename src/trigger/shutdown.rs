@@ -123,6 +123,68 @@ impl ShutdownTrigger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::logind::BusAddress;
+
+    /// A trigger whose lock holder has no logind to talk to (it keeps
+    /// trying to connect): what the trigger decides is its own.
+    fn trigger(margin: Duration) -> (ShutdownTrigger, String) {
+        let mut cfg = InhibitorConfig::new("node-a");
+        cfg.bus = BusAddress::Address("unix:path=/nonexistent/maintd-test-bus".into());
+        let token = cfg.token.clone();
+        (ShutdownTrigger::start(cfg, margin), token)
+    }
+
+    /// A shutdown is taken once, with its deadline inside logind's budget;
+    /// the lock is let go once; a cancel ends it and the next shutdown is
+    /// a new one. A suspend is handled the same way and ends on resume.
+    #[tokio::test(start_paused = true)]
+    async fn a_shutdown_is_taken_once_released_once_and_ended_by_a_cancel() {
+        let s = Duration::from_secs;
+        let (mut t, token) = trigger(s(10));
+        assert_eq!(t.status().token, token);
+        assert_eq!(t.watch_status().borrow().token, token);
+        assert_eq!(t.release().await, Ok(false), "nothing to release yet");
+        assert!(!t.on_event(&ShutdownEvent::LockHeld));
+        assert!(t.active().is_none());
+
+        let at = Instant::now();
+        let preparing = |budget| ShutdownEvent::Preparing {
+            budget,
+            already_in_progress: false,
+        };
+        assert!(t.on_event(&preparing(s(300))));
+        let want = ActiveShutdown {
+            budget: s(300),
+            sleep: false,
+            deadline: at + s(290),
+        };
+        assert_eq!(t.active(), Some(want));
+        assert_eq!(t.release_deadline(), Some(at + s(290)));
+        // The same shutdown announced again (a reconnect) changes nothing.
+        assert!(!t.on_event(&preparing(s(30))));
+        assert_eq!(t.active(), Some(want));
+
+        assert_eq!(t.release().await, Ok(true));
+        assert_eq!(t.release_deadline(), None, "released: no deadline left");
+        assert_eq!(t.active(), Some(want), "still shutting down");
+        assert_eq!(t.release().await, Ok(false), "once per shutdown");
+
+        assert!(t.on_event(&ShutdownEvent::Cancelled));
+        assert!(t.active().is_none());
+        assert!(
+            !t.on_event(&ShutdownEvent::Cancelled),
+            "nothing left to end"
+        );
+
+        let at = Instant::now();
+        assert!(t.on_event(&ShutdownEvent::PreparingSleep { budget: s(40) }));
+        let active = t.active().unwrap();
+        assert!(active.sleep);
+        assert_eq!(active.deadline, at + s(30));
+        assert_eq!(t.release_deadline(), Some(at + s(30)), "a new one");
+        assert!(t.on_event(&ShutdownEvent::Resumed));
+        assert!(t.active().is_none());
+    }
 
     #[test]
     fn the_drain_window_leaves_a_margin_inside_the_budget() {
