@@ -10,7 +10,7 @@ mod support;
 
 use std::time::Duration;
 
-use maintd::inhibitor::{ShutdownEvent, ShutdownInhibitor};
+use maintd::inhibitor::{InhibitorHandle, ShutdownEvent, ShutdownInhibitor};
 use maintd::sim::dbus::PrivateBus;
 use maintd::sim::logind::{RestartMode, SimLogind, SimLogindConfig};
 use support::*;
@@ -29,15 +29,29 @@ async fn sim(bus: &PrivateBus, delay: Duration) -> SimLogind {
     .expect("start simulated logind")
 }
 
-#[tokio::test]
-async fn sim_lock_taken_at_start_and_listed() {
+/// A simulated logind on its own bus, and an inhibitor that has taken its
+/// lock there: the bus, logind, the lock's token, the handle and its events.
+type Held = (
+    PrivateBus,
+    SimLogind,
+    String,
+    InhibitorHandle,
+    tokio::sync::mpsc::Receiver<ShutdownEvent>,
+);
+
+async fn held(delay: Duration) -> Held {
     let bus = PrivateBus::start().unwrap();
-    let sim = sim(&bus, Duration::from_secs(600)).await;
+    let sim = sim(&bus, delay).await;
     let cfg = config(&bus);
     let token = cfg.token.clone();
     let (handle, mut events) = ShutdownInhibitor::start(cfg);
-
     assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    (bus, sim, token, handle, events)
+}
+
+#[tokio::test]
+async fn sim_lock_taken_at_start_and_listed() {
+    let (bus, sim, token, handle, _events) = held(Duration::from_secs(600)).await;
     let list = client(&bus).await.list_inhibitors().await.unwrap();
     let mine: Vec<_> = list.iter().filter(|i| i.why.contains(&token)).collect();
     assert_eq!(mine.len(), 1, "{list:?}");
@@ -58,12 +72,7 @@ async fn sim_lock_taken_at_start_and_listed() {
 
 #[tokio::test]
 async fn sim_reboot_waits_for_release_then_proceeds() {
-    let bus = PrivateBus::start().unwrap();
-    let sim = sim(&bus, Duration::from_secs(600)).await;
-    let cfg = config(&bus);
-    let token = cfg.token.clone();
-    let (handle, mut events) = ShutdownInhibitor::start(cfg);
-    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    let (bus, sim, token, handle, mut events) = held(Duration::from_secs(600)).await;
 
     // As `systemctl reboot` does it: over D-Bus.
     let logind = client(&bus).await;
@@ -97,12 +106,7 @@ async fn sim_reboot_waits_for_release_then_proceeds() {
 /// nobody holds any more would still delay every reboot.
 #[tokio::test]
 async fn sim_dropping_the_handle_lets_the_lock_go() {
-    let bus = PrivateBus::start().unwrap();
-    let _sim = sim(&bus, Duration::from_secs(600)).await;
-    let cfg = config(&bus);
-    let token = cfg.token.clone();
-    let (handle, mut events) = ShutdownInhibitor::start(cfg);
-    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    let (bus, _sim, token, handle, _events) = held(Duration::from_secs(600)).await;
     let logind = client(&bus).await;
     assert_eq!(count_ours(&logind, &token).await, 1);
     drop(handle);
@@ -114,10 +118,7 @@ async fn sim_dropping_the_handle_lets_the_lock_go() {
 
 #[tokio::test]
 async fn sim_budget_runs_out_while_lock_still_held() {
-    let bus = PrivateBus::start().unwrap();
-    let sim = sim(&bus, Duration::from_millis(50)).await;
-    let (handle, mut events) = ShutdownInhibitor::start(config(&bus));
-    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    let (_bus, sim, _, handle, _events) = held(Duration::from_millis(50)).await;
 
     sim.reboot().await;
     let records = sim.wait_for_shutdowns(1).await;
@@ -186,12 +187,7 @@ async fn sim_killed_agent_releases_the_shutdown_at_once() {
 
 #[tokio::test]
 async fn sim_restart_keeping_state_leaves_exactly_one_lock() {
-    let bus = PrivateBus::start().unwrap();
-    let sim = sim(&bus, Duration::from_secs(600)).await;
-    let cfg = config(&bus);
-    let token = cfg.token.clone();
-    let (handle, mut events) = ShutdownInhibitor::start(cfg);
-    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    let (bus, sim, token, handle, mut events) = held(Duration::from_secs(600)).await;
 
     sim.restart(RestartMode::KeepState).await.unwrap();
     assert!(matches!(
@@ -218,12 +214,7 @@ async fn sim_restart_keeping_state_leaves_exactly_one_lock() {
 
 #[tokio::test]
 async fn sim_restart_losing_state_retakes_exactly_one_lock() {
-    let bus = PrivateBus::start().unwrap();
-    let sim = sim(&bus, Duration::from_secs(600)).await;
-    let cfg = config(&bus);
-    let token = cfg.token.clone();
-    let (handle, mut events) = ShutdownInhibitor::start(cfg);
-    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    let (bus, sim, token, handle, mut events) = held(Duration::from_secs(600)).await;
 
     sim.restart(RestartMode::LoseState).await.unwrap();
     assert!(matches!(
@@ -374,12 +365,7 @@ async fn sim_restart_losing_state_mid_shutdown_counts_as_cancel() {
 /// of a second shutdown (which would start its drain's clock again).
 #[tokio::test]
 async fn sim_restart_keeping_state_mid_shutdown_is_the_same_shutdown() {
-    let bus = PrivateBus::start().unwrap();
-    let sim = sim(&bus, Duration::from_secs(600)).await;
-    let cfg = config(&bus);
-    let token = cfg.token.clone();
-    let (handle, mut events) = ShutdownInhibitor::start(cfg);
-    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    let (bus, sim, token, handle, mut events) = held(Duration::from_secs(600)).await;
     sim.reboot().await;
     assert!(matches!(
         next_event(&mut events).await,
@@ -448,12 +434,7 @@ async fn a_dead_bus_is_retried_with_a_growing_pause() {
 /// with the one lock it held.
 #[tokio::test]
 async fn sim_restart_restoring_state_late_keeps_the_one_lock() {
-    let bus = PrivateBus::start().unwrap();
-    let sim = sim(&bus, Duration::from_secs(600)).await;
-    let cfg = config(&bus);
-    let token = cfg.token.clone();
-    let (handle, mut events) = ShutdownInhibitor::start(cfg);
-    assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);
+    let (bus, sim, token, handle, mut events) = held(Duration::from_secs(600)).await;
 
     sim.restart(RestartMode::KeepStateLate(Duration::from_millis(100)))
         .await
