@@ -463,11 +463,21 @@ async fn sim_a_refused_lock_is_asked_for_again_until_given() {
     let (handle, mut events) = ShutdownInhibitor::start(cfg);
     match next_event(&mut events).await {
         ShutdownEvent::LockLost { reason } => {
-            assert!(reason.contains("Too many inhibitors"), "{reason}")
+            assert!(reason.contains("Too many inhibitors"), "{reason}");
+            assert!(
+                !reason.starts_with("D-Bus"),
+                "a refusal is no lost bus: {reason}"
+            );
         }
         other => panic!("expected LockLost, got {other:?}"),
     }
     assert!(!handle.status().held);
+    // Asked again with a growing pause (50 ms doubling to 400 ms here):
+    // about eight times in 2 s; one that spins asks hundreds of times.
+    let before = sim.inhibit_calls();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let asked = sim.inhibit_calls() - before;
+    assert!((2..=15).contains(&asked), "asked {asked} times in 2 s");
     // The other lock goes; no bus event tells the agent so.
     drop(other);
     assert_eq!(next_event(&mut events).await, ShutdownEvent::LockHeld);

@@ -102,6 +102,8 @@ pub(crate) struct State {
     cancel: Option<oneshot::Sender<()>>,
     /// logind's InhibitorsMax: more locks than this are refused.
     inhibitors_max: Option<usize>,
+    /// Every Inhibit call, granted or refused.
+    inhibit_calls: u64,
 }
 
 impl State {
@@ -160,6 +162,7 @@ impl SimLogind {
                 records: Vec::new(),
                 cancel: None,
                 inhibitors_max: None,
+                inhibit_calls: 0,
             }),
             changed: Notify::new(),
             records: watch::Sender::new(0),
@@ -187,6 +190,11 @@ impl SimLogind {
     /// InhibitorsMax (None: no limit, the default).
     pub fn set_inhibitors_max(&self, max: Option<usize>) {
         self.shared.state().inhibitors_max = max;
+    }
+
+    /// How many times `Inhibit` was called, granted or refused.
+    pub fn inhibit_calls(&self) -> u64 {
+        self.shared.state().inhibit_calls
     }
 
     /// How many locks `Inhibit` has handed out since start (restarts included).

@@ -50,6 +50,7 @@ impl Manager {
         #[zbus(header)] header: zbus::message::Header<'_>,
         #[zbus(connection)] conn: &zbus::Connection,
     ) -> Result<zbus::zvariant::OwnedFd, LoginError> {
+        self.shared.state().inhibit_calls += 1;
         const KNOWN: [&str; 6] = [
             "shutdown",
             "sleep",
