@@ -464,6 +464,8 @@ async fn a_wait_completed_pod_is_not_evicted_and_its_stage_ends_when_it_complete
     let st = agent.progress.status();
     assert_eq!(st.phase, Phase::Blocked, "{st:?}");
     assert_eq!(st.current_stage, Some(first + 1));
+    // The status still says what asked for the drain once it is running.
+    assert_eq!(st.triggers, ["taint maintd.io/drain:NoSchedule"]);
     assert!(
         st.blockers.iter().any(|b| b.pod == "nightly-report"),
         "the status names it: {:?}",
