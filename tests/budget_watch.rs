@@ -6,8 +6,9 @@ mod common;
 
 use common::agent::RunningAgent;
 use common::*;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use maintd::config::Config;
 use maintd::drain::progress::EventKind;
 use maintd::sim::SimCluster;
@@ -122,6 +123,29 @@ async fn a_blocked_pod_watches_its_budget_only_until_it_is_unblocked() {
     );
     assert_eq!(budget_views(&agent), ["poddisruptionbudget default/web"]);
 
+    // One blocked pod goes another way (an admin deletes it): the others
+    // are still blocked, and the watch they share stays open for them.
+    let gone = first_web_pod(&client).await;
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .delete(&gone, &DeleteParams::default())
+        .await
+        .expect("the admin deletes a blocked pod");
+    agent
+        .wait_for("the deleted pod gone", |evs| {
+            evs.iter()
+                .any(|e| e.event == EventKind::PodGone && e.pod.as_deref() == Some(gone.as_str()))
+        })
+        .await;
+    // Give a watch that would end time to end (a bounded pause, not a
+    // timing claim).
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(
+        sim.state.watches.count(PDB),
+        1,
+        "the pods still blocked keep their watch"
+    );
+    assert_eq!(budget_views(&agent), ["poddisruptionbudget default/web"]);
+
     // The budget allows a disruption again: the pods go, the watch with them.
     web_budget_min_available(&client, 2).await;
     agent.wait_event(EventKind::DrainCompleted).await;
@@ -141,4 +165,37 @@ async fn a_blocked_pod_watches_its_budget_only_until_it_is_unblocked() {
     .await;
     assert_eq!(budget_views(&agent), Vec::<String>::new());
     agent.stop().await;
+}
+
+/// A web pod on node-a.
+async fn first_web_pod(client: &kube::Client) -> String {
+    pods_on(client, "node-a")
+        .await
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .find(|n| n.starts_with("web-"))
+        .expect("a web pod on node-a")
+}
+
+/// An agent that stops while a pod is blocked ends its budget watch with
+/// it: a watch left behind would be held against the API server by an
+/// agent that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_agent_leaves_no_budget_watch_behind() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    web_budget_min_available(&client, 3).await;
+    let agent = start(&sim);
+    taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
+    eventually("a watch of default's budgets is open", || {
+        let n = sim.state.watches.count(PDB);
+        async move { n == 1 }
+    })
+    .await;
+    agent.stop().await;
+    eventually("the budget watch ends with the agent", || {
+        let n = sim.state.watches.count(PDB);
+        async move { n == 0 }
+    })
+    .await;
 }
