@@ -12,7 +12,7 @@ use common::agent::RunningAgent;
 use common::slow_proxy::SlowProxy;
 use common::*;
 use maintd::config::Config;
-use maintd::drain::progress::{EventKind, Phase, StageState};
+use maintd::drain::progress::{EventKind, Phase, PodState, StageState};
 use maintd::sim::SimCluster;
 use serde_json::{Value, json};
 
@@ -343,6 +343,27 @@ async fn pods_given_up_on_for_a_deadline_are_tried_again_when_it_is_withdrawn() 
             .any(|b| b.pod == "stuck"),
         "the pod given up on is named"
     );
+    // The stages after its own still ran, each under a number of its own;
+    // its stage ended out of time and says the pod is still there.
+    let starts: Vec<usize> = agent
+        .events()
+        .iter()
+        .filter(|e| e.event == EventKind::StageStarted)
+        .filter_map(|e| e.stage)
+        .collect();
+    assert!(
+        starts.len() >= 2 && starts.windows(2).all(|w| w[0] < w[1]),
+        "{starts:?}"
+    );
+    let st = agent.progress.status();
+    let stage = st
+        .stages
+        .iter()
+        .find(|s| s.pods.iter().any(|p| p.name == "stuck"))
+        .expect("its stage is listed");
+    assert_eq!(stage.state, StageState::TimedOut, "{stage:?}");
+    let pod = stage.pods.iter().find(|p| p.name == "stuck").unwrap();
+    assert_ne!(pod.state, PodState::Gone, "{pod:?}");
 
     // The deadline goes; the taint still wants the node drained.
     let seen = agent.events().len();
