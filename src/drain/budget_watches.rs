@@ -176,3 +176,97 @@ impl Drop for BudgetHold {
         self.watches.release(&self.scope);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Watches whose client reaches no API server: their views are fed by
+    /// the test.
+    fn watches() -> BudgetWatches {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        BudgetWatches::new(
+            kube::Client::try_from(config).unwrap(),
+            WatchGuard::default(),
+        )
+    }
+
+    fn budget(namespace: &str, name: &str, allowed: i64) -> serde_json::Value {
+        json!({
+            "metadata": {"uid": format!("{namespace}/{name}"), "namespace": namespace, "name": name},
+            "status": {"disruptionsAllowed": allowed},
+        })
+    }
+
+    /// Pods blocked in one scope share one watch, which lasts until the
+    /// last of them lets go; a scope is a namespace, or one budget in it.
+    #[tokio::test]
+    async fn blocked_pods_share_a_watch_per_scope_until_the_last_lets_go() {
+        let w = watches();
+        let web = w.hold("shop", Some("web"));
+        assert!(web.covers("shop", Some("web")));
+        assert!(!web.covers("shop", None));
+        assert!(!web.covers("shop", Some("db")));
+        assert!(!web.covers("other", Some("web")));
+        let again = w.hold("shop", Some("web"));
+        let all = w.hold("shop", None);
+        assert!(all.covers("shop", None));
+        let scopes =
+            |w: &BudgetWatches| -> Vec<String> { w.views().into_iter().map(|(s, _)| s).collect() };
+        assert_eq!(
+            scopes(&w),
+            [
+                "poddisruptionbudgets in shop",
+                "poddisruptionbudget shop/web"
+            ]
+        );
+        drop(again);
+        drop(all);
+        assert_eq!(
+            scopes(&w),
+            ["poddisruptionbudget shop/web"],
+            "web still held"
+        );
+        drop(web);
+        assert!(scopes(&w).is_empty());
+    }
+
+    /// A hold wakes its pod once a change after it began waiting shows its
+    /// own budget allowing a disruption; not for what it saw before, nor
+    /// for other budgets.
+    #[tokio::test]
+    async fn a_hold_wakes_only_when_its_own_budget_allows_a_disruption() {
+        let w = watches();
+        let web = w.hold("shop", Some("web"));
+        web.index.upsert(budget("shop", "web", 1));
+        let mut allows = Box::pin(web.allows());
+        assert!(
+            futures::poll!(&mut allows).is_pending(),
+            "seen before: stale"
+        );
+        for (ns, name, allowed) in [
+            ("shop", "web", 0),
+            ("other", "web", 5),
+            ("shop", "db", 3),
+            ("shop", "web", 0),
+            ("shop", "web", -1),
+        ] {
+            web.index.upsert(budget(ns, name, allowed));
+            assert!(
+                futures::poll!(&mut allows).is_pending(),
+                "{ns}/{name} allowing {allowed}"
+            );
+        }
+        web.index.upsert(budget("shop", "web", 1));
+        assert!(futures::poll!(&mut allows).is_ready());
+
+        // A namespace-wide hold wakes for any budget of its namespace.
+        let all = w.hold("shop", None);
+        let mut allows = Box::pin(all.allows());
+        all.index.upsert(budget("other", "db", 2));
+        assert!(futures::poll!(&mut allows).is_pending());
+        all.index.upsert(budget("shop", "db", 2));
+        assert!(futures::poll!(&mut allows).is_ready());
+    }
+}
