@@ -490,6 +490,19 @@ async fn a_wait_completed_pod_is_not_evicted_and_its_stage_ends_when_it_complete
     .await
     .expect("the kubelet's status update");
     agent.wait_event(EventKind::DrainCompleted).await;
+    // Completed, it holds nothing: it is deleted, with one request.
+    eventually("the completed pod is deleted", || async {
+        pods.get_opt("nightly-report").await.unwrap().is_none()
+    })
+    .await;
+    let deletes = sim
+        .state
+        .audit
+        .entries()
+        .into_iter()
+        .filter(|e| e.verb == "delete" && e.name == "nightly-report")
+        .count();
+    assert_eq!(deletes, 1);
     agent.stop().await;
 }
 
