@@ -356,6 +356,14 @@ async fn pods_given_up_on_for_a_deadline_are_tried_again_when_it_is_withdrawn() 
         "{starts:?}"
     );
     let st = agent.progress.status();
+    assert!(st.deadline.is_some(), "the status shows the deadline");
+    assert_eq!(
+        st.triggers,
+        [
+            "taint maintd.io/drain=kernel:NoSchedule",
+            "local: reboot soon"
+        ]
+    );
     let stage = st
         .stages
         .iter()
