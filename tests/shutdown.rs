@@ -358,6 +358,8 @@ fn planned_grace(total: Duration) -> i64 {
 
 /// Checks the drain's events: the guarded pod was deleted (escalated), was
 /// gone before the next stage started, and the node was drained in time.
+/// The lock may go before DrainCompleted is reported (the release is
+/// decided from the pods seen gone), so callers wait for that event.
 fn assert_escalated_then_gone(evs: &[DrainEvent]) {
     let guarded = |kind: EventKind| {
         evs.iter()
@@ -420,7 +422,8 @@ async fn a_pod_that_cannot_be_evicted_is_deleted_with_a_grace_that_fits_its_stag
         "released before logind's limit: {record:?}"
     );
     assert!(record.delayed < Duration::from_secs(budget_s));
-    assert_escalated_then_gone(&wait_event(&s.events, EventKind::ShutdownReleased).await);
+    wait_event(&s.events, EventKind::ShutdownReleased).await;
+    assert_escalated_then_gone(&wait_event(&s.events, EventKind::DrainCompleted).await);
     s.stop.cancel();
 }
 
@@ -463,12 +466,12 @@ async fn a_pod_that_cannot_be_evicted_is_deleted_with_a_grace_under_dbusmock_log
         (lo..=hi).contains(&grace),
         "deleted with a {grace}s grace period, want {lo}..={hi}"
     );
-    let evs = wait_event(&events, EventKind::ShutdownReleased).await;
+    wait_event(&events, EventKind::ShutdownReleased).await;
     eventually("dbusmock dropped maintd's lock", || async {
         maintd_locks().await == 0
     })
     .await;
-    assert_escalated_then_gone(&evs);
+    assert_escalated_then_gone(&wait_event(&events, EventKind::DrainCompleted).await);
     stop.cancel();
 }
 
