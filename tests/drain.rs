@@ -15,7 +15,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, WatchEvent, WatchParams};
 use maintd::drain::plan::{self, PlanOptions, PodInfo, PodType};
-use maintd::drain::progress::{EventKind, Phase};
+use maintd::drain::progress::{EventKind, Phase, PodState, StageState};
 use maintd::sim::{SimCluster, SimConfig};
 use serde_json::json;
 
@@ -176,6 +176,24 @@ async fn drains_in_order(sim: SimCluster, patience: std::time::Duration) {
     let mut sorted = starts.clone();
     sorted.sort();
     assert_eq!(starts, sorted);
+    // The status a user reads once it is over: the stages numbered from 1
+    // in order, each done, every pod of each gone.
+    let st = agent.progress.status();
+    assert_eq!(st.phase, Phase::Drained);
+    let numbers: Vec<usize> = st.stages.iter().map(|s| s.stage).collect();
+    assert_eq!(numbers, (1..=st.stages.len()).collect::<Vec<_>>());
+    assert_eq!(st.stages.len(), starts.len(), "one per stage started");
+    for s in &st.stages {
+        assert_eq!(s.state, StageState::Done, "stage {}", s.stage);
+        assert!(
+            s.pods
+                .iter()
+                .all(|p| p.state == PodState::Gone && p.blocker.is_none()),
+            "stage {}: {:?}",
+            s.stage,
+            s.pods
+        );
+    }
     agent.stop().await;
 }
 
