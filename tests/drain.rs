@@ -482,6 +482,12 @@ async fn a_wait_completed_pod_is_not_evicted_and_its_stage_ends_when_it_complete
     let st = agent.progress.status();
     assert_eq!(st.phase, Phase::Blocked, "{st:?}");
     assert_eq!(st.current_stage, Some(first + 1));
+    // The stages before it are done, it runs, the ones after wait.
+    let states: Vec<StageState> = st.stages.iter().map(|s| s.state).collect();
+    let mut want = vec![StageState::Done; first];
+    want.push(StageState::Running);
+    want.resize(st.stages.len(), StageState::Pending);
+    assert_eq!(states, want);
     // The status still says what asked for the drain once it is running.
     assert_eq!(st.triggers, ["taint maintd.io/drain:NoSchedule"]);
     assert!(
