@@ -409,3 +409,59 @@ async fn pods_given_up_on_for_a_deadline_are_tried_again_when_it_is_withdrawn() 
     agent.wait_event(EventKind::DrainCompleted).await;
     agent.stop().await;
 }
+
+/// A static pod whose kubelet does not stop it once its manifest has been
+/// moved out (here: the kubelet reads another directory, as one that is
+/// down reads none) is named as a blocker past its grace period, with the
+/// directory and the question an operator would ask next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_pod_its_kubelet_does_not_stop_is_a_named_blocker() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    // A static pod with a 1 s grace period, run by the simulated kubelet
+    // from its own directory.
+    let manifest = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "quick", "namespace": "kube-system"},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": "i"}]},
+    })
+    .to_string();
+    let kubelet_dir = sim.static_pod_dir("node-a").unwrap();
+    std::fs::write(kubelet_dir.join("quick.json"), &manifest).unwrap();
+    eventually("the kubelet runs it", || async {
+        pods_on(&client, "node-a")
+            .await
+            .iter()
+            .any(|p| p.metadata.name.as_deref() == Some("quick-node-a"))
+    })
+    .await;
+    // The agent's directory, which that kubelet never reads, holds the
+    // same manifest.
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    std::fs::write(manifests.join("quick.json"), &manifest).unwrap();
+    let agent = RunningAgent::start_with(
+        Config::for_node("node-a", manifests.clone()),
+        sim.client_with(false),
+    );
+    taint(&client, "node-a", "maintd.io/drain", Some("x")).await;
+    let progress = agent.progress.clone();
+    eventually("the static pod is a named blocker", || {
+        let st = progress.status();
+        async move {
+            st.blockers.iter().any(|b| {
+                b.pod == "quick-node-a"
+                    && b.reason.contains(
+                        "kubelet has not stopped it within its 1s grace period; is the kubelet running?",
+                    )
+            })
+        }
+    })
+    .await;
+    assert!(
+        !manifests.join("quick.json").exists(),
+        "its manifest was moved out"
+    );
+    agent.stop().await;
+}
