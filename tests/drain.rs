@@ -183,6 +183,8 @@ async fn drains_in_order(sim: SimCluster, patience: std::time::Duration) {
     let numbers: Vec<usize> = st.stages.iter().map(|s| s.stage).collect();
     assert_eq!(numbers, (1..=st.stages.len()).collect::<Vec<_>>());
     assert_eq!(st.stages.len(), starts.len(), "one per stage started");
+    let planned: usize = plan.stages.iter().map(|s| s.pods.len()).sum();
+    assert_eq!((st.pods_total, st.pods_remaining), (planned, 0));
     for s in &st.stages {
         assert_eq!(s.state, StageState::Done, "stage {}", s.stage);
         assert!(
