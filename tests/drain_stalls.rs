@@ -12,6 +12,7 @@ use common::agent::RunningAgent;
 use common::slow_proxy::SlowProxy;
 use common::*;
 use maintd::config::Config;
+use maintd::drain::executor::TimeoutPolicy;
 use maintd::drain::progress::{EventKind, Phase, PodState, StageState};
 use maintd::sim::SimCluster;
 use serde_json::{Value, json};
@@ -464,4 +465,75 @@ async fn a_static_pod_its_kubelet_does_not_stop_is_a_named_blocker() {
         "its manifest was moved out"
     );
     agent.stop().await;
+}
+
+/// A stage that runs past `--stage-timeout` is reported, with how many
+/// pods it still has: with `--on-stage-timeout=wait` the drain goes on
+/// waiting for its pod, by name; with `skip` that pod is left behind and
+/// the later stages run, so the node ends drained of everything else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_past_its_timeout_is_reported_and_waits_or_skips_as_configured() {
+    for policy in [TimeoutPolicy::Wait, TimeoutPolicy::Skip] {
+        let sim = scenario("small.yaml").await;
+        maintd_namespace(&sim).await;
+        unmovable_budget(&sim, "stuck").await;
+        post_pod(&sim, &bare_pod("stuck", -100, json!({"app": "stuck"}))).await;
+        sim.wait_settled(Duration::from_secs(30)).await.unwrap();
+        let mut config = Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap());
+        config.stage_timeout = Some(Duration::from_secs(2));
+        config.on_stage_timeout = policy;
+        let agent = RunningAgent::start_with(config, sim.client_with(false));
+        taint(&sim.client(), "node-a", "maintd.io/drain", Some("x")).await;
+        agent.wait_event(EventKind::StageTimedOut).await;
+        let timed_out = agent
+            .events()
+            .into_iter()
+            .find(|e| e.event == EventKind::StageTimedOut)
+            .unwrap();
+        assert_eq!(timed_out.stage, Some(1), "{policy:?}");
+        assert_eq!(timed_out.message, "1 pods still present after 2s");
+        match policy {
+            TimeoutPolicy::Wait => {
+                let progress = agent.progress.clone();
+                eventually("the drain still waits for the pod, by name", || {
+                    let st = progress.status();
+                    async move {
+                        st.phase == Phase::Blocked
+                            && st.current_stage == Some(1)
+                            && st.stages[0].state == StageState::TimedOut
+                            && st.blockers.iter().any(|b| b.pod == "stuck")
+                    }
+                })
+                .await;
+                assert_eq!(
+                    agent.count(EventKind::StageStarted),
+                    1,
+                    "no later stage ran"
+                );
+            }
+            TimeoutPolicy::Skip => {
+                agent.wait_event(EventKind::DrainCompleted).await;
+                let st = agent.progress.status();
+                assert_eq!(st.stages[0].state, StageState::TimedOut);
+                assert!(
+                    agent.count(EventKind::StageStarted) > 1,
+                    "the later stages ran"
+                );
+                let left: Vec<String> = pods_on(&sim.client(), "node-a")
+                    .await
+                    .into_iter()
+                    .filter_map(|p| p.metadata.name)
+                    .collect();
+                // What else stays is what the plan skips by design.
+                let skipped: Vec<&str> = st.skipped.iter().map(|s| s.pod.as_str()).collect();
+                assert!(
+                    left.iter()
+                        .all(|n| n == "stuck" || skipped.contains(&n.as_str())),
+                    "left {left:?}, skipped {skipped:?}"
+                );
+                assert!(left.iter().any(|n| n == "stuck"));
+            }
+        }
+        agent.stop().await;
+    }
 }
