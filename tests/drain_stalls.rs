@@ -335,14 +335,11 @@ async fn pods_given_up_on_for_a_deadline_are_tried_again_when_it_is_withdrawn() 
         .local
         .request("reboot soon", Some(Duration::from_secs(6)));
     agent.wait_event(EventKind::DrainFailed).await;
+    let blockers = agent.progress.status().blockers;
     assert!(
-        agent
-            .progress
-            .status()
-            .blockers
-            .iter()
-            .any(|b| b.pod == "stuck"),
-        "the pod given up on is named"
+        blockers.iter().any(|b| b.pod == "stuck"
+            && b.reason == "still on the node when its deletion's grace period ran out; held by finalizers example.com/never"),
+        "the pod given up on is named, with why: {blockers:?}"
     );
     // The stages after its own still ran, each under a number of its own;
     // its stage ended out of time and says the pod is still there.
