@@ -490,6 +490,18 @@ async fn a_wait_completed_pod_is_not_evicted_and_its_stage_ends_when_it_complete
     want.push(StageState::Running);
     want.resize(st.stages.len(), StageState::Pending);
     assert_eq!(states, want);
+    let blocking: Vec<&str> = st.blockers.iter().map(|b| b.pod.as_str()).collect();
+    assert_eq!(blocking, ["nightly-report"], "it alone holds the drain");
+    let listed = st
+        .stages
+        .iter()
+        .flat_map(|s| &s.pods)
+        .filter(|p| p.state != PodState::Gone)
+        .count();
+    assert_eq!(
+        st.pods_remaining, listed,
+        "the count matches the pods listed"
+    );
     // The status still says what asked for the drain once it is running.
     assert_eq!(st.triggers, ["taint maintd.io/drain:NoSchedule"]);
     assert!(
