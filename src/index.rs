@@ -603,6 +603,15 @@ impl Default for Backoff {
     }
 }
 
+/// Sleeps until `at`; without one, never returns (a `select!` branch that
+/// is off).
+pub async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Waits for a change on `rx`, if there is a receiver; without one, never
 /// returns (a `select!` branch that is off).
 pub async fn changed_if_any<T>(

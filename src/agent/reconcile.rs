@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Agent;
 use crate::coordination::SlotGuard;
+use crate::index::sleep_until;
 use crate::trigger::shutdown::ShutdownTrigger;
 use crate::trigger::{self, Desired, SlotAsk};
 
@@ -83,13 +84,6 @@ async fn finished<T>(task: &mut Option<JoinHandle<T>>) -> Option<T> {
             *task = None;
             out
         }
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending().await,
     }
 }

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::lease::{self, SlotState};
 use super::{Acquisition, Holder, RebootSlots, SlotGuard};
-use crate::index::{Backoff, Index, WatchGuard, WatchTarget};
+use crate::index::{Backoff, Index, WatchGuard, WatchTarget, sleep_until};
 
 /// The longest random pause before trying a slot the watch shows open.
 const MAX_PAUSE: Duration = Duration::from_secs(2);
@@ -226,13 +226,6 @@ async fn sleep_or_stop(d: Duration, stop: &CancellationToken) -> bool {
     tokio::select! {
         _ = tokio::time::sleep(d) => false,
         _ = stop.cancelled() => true,
-    }
-}
-
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
     }
 }
 

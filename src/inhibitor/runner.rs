@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::{
     Command, CompetingInhibitor, InhibitWhat, InhibitorConfig, InhibitorStatus, ShutdownEvent,
 };
+use crate::index::sleep_until;
 use crate::logind::{Inhibitor, InhibitorLock, Logind, LogindError};
 
 type BoolStream = Pin<Box<dyn Stream<Item = bool> + Send>>;
@@ -59,8 +60,8 @@ impl Runner {
         status: watch::Sender<InhibitorStatus>,
         commands: mpsc::Receiver<Command>,
     ) -> Self {
-        let cfg_backoff = cfg.reconnect_initial;
         Runner {
+            lock_backoff: cfg.reconnect_initial,
             why: cfg.why(),
             cfg,
             events,
@@ -71,7 +72,6 @@ impl Runner {
             preparing: false,
             lost_reported: false,
             lock_retry: None,
-            lock_backoff: cfg_backoff,
             competing_seen: BTreeSet::new(),
         }
     }
@@ -410,12 +410,5 @@ impl Runner {
     async fn emit(&self, event: ShutdownEvent) {
         // A consumer that went away is not our failure; keep holding the lock.
         let _ = self.events.send(event).await;
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
     }
 }

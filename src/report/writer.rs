@@ -25,7 +25,7 @@ use crate::api::nodedrain::{NODEDRAINS_PATH, NodeDrainStatus};
 use crate::api::status::{STATUS_WRITER_MANAGER, aggregate, status_apply_body, valid_condition};
 use crate::api::{self, NODEMAINTENANCES_PATH};
 use crate::coordination::lease::{self as lease_body, SlotState};
-use crate::index::{Index, WatchGuard, WatchTarget};
+use crate::index::{Index, WatchGuard, WatchTarget, sleep_until};
 use crate::trigger::maintenance::MaintenanceTrigger;
 
 /// The Lease that says which agent writes NodeMaintenance status.
@@ -166,12 +166,7 @@ impl StatusWriter {
             }
             let drains = holding.as_ref().map(|h| h.drains.clone());
             tokio::select! {
-                _ = async {
-                    match wake {
-                        Some(t) => tokio::time::sleep_until(t).await,
-                        None => std::future::pending().await,
-                    }
-                } => {}
+                _ = sleep_until(wake) => {}
                 _ = lease_changes.changed() => {}
                 _ = objects.changed() => {}
                 _ = async {

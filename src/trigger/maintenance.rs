@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Desired;
 use crate::api::{self, Effective, NODEMAINTENANCES_PATH};
-use crate::index::{Backoff, Index, WatchGuard, WatchTarget};
+use crate::index::{Backoff, Index, WatchGuard, WatchTarget, sleep_until};
 
 /// An object the agents do not act on, and why.
 #[derive(Debug, Clone, PartialEq)]
@@ -261,12 +261,7 @@ impl MaintenanceTrigger {
             }
             tokio::select! {
                 r = changes.changed() => if r.is_err() { return },
-                _ = async {
-                    match retry_at {
-                        Some(t) => tokio::time::sleep_until(t).await,
-                        None => std::future::pending().await,
-                    }
-                } => {}
+                _ = sleep_until(retry_at) => {}
                 _ = stop.cancelled() => return,
             }
         }

@@ -15,7 +15,7 @@ use crate::cluster::EvictionOutcome;
 use crate::drain::budget_watches::BudgetHold;
 use crate::drain::plan::{PlannedPod, PodAction, PodInfo, PodType};
 use crate::drain::progress::{DrainEvent, EventKind, PodState};
-use crate::index::Backoff;
+use crate::index::{Backoff, sleep_until};
 
 /// A kubelet reports a stopped pod a moment after its grace period ends;
 /// this long after, the pod is stuck rather than slow.
@@ -221,12 +221,7 @@ impl Drainer {
                         return false;
                     }
                 }
-                _ = async {
-                    match overdue_at {
-                        Some(t) => tokio::time::sleep_until(t).await,
-                        None => std::future::pending().await,
-                    }
-                } => {
+                _ = sleep_until(overdue_at) => {
                     flagged = true;
                     let why = self.overdue_reason(pod, &obj);
                     self.set_pod(&pod.uid, PodState::Blocked, Some(why));

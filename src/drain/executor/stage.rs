@@ -15,6 +15,7 @@ use super::{DrainOptions, Drainer, TimeoutPolicy};
 use crate::drain::budget;
 use crate::drain::plan::{PlannedPod, PodType, Stage};
 use crate::drain::progress::{Blocker, EventKind, Phase, PodState, StageState};
+use crate::index::sleep_until;
 
 /// A pod's deletion planned by the shutdown budget, not sent yet.
 struct Planned {
@@ -336,13 +337,5 @@ impl Drainer {
                 .filter(|p| p.state != PodState::Gone)
                 .count();
         });
-    }
-}
-
-/// Sleeps until `at`, or forever without one.
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
     }
 }
