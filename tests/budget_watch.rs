@@ -89,14 +89,21 @@ async fn web_budget_min_available(client: &kube::Client, n: i32) {
     .expect("the web budget is patched");
 }
 
+/// node-a's agent draining it while the web budget allows nothing (until
+/// the test says so): its web pods are blocked.
+async fn drain_against_a_closed_web_budget(sim: &SimCluster) -> RunningAgent {
+    let client = sim.client();
+    web_budget_min_available(&client, 3).await;
+    let agent = start(sim);
+    taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
+    agent
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocked_pod_watches_its_budget_only_until_it_is_unblocked() {
     let sim = scenario("small.yaml").await;
     let client = sim.client();
-    // The budget allows nothing until the test says so.
-    web_budget_min_available(&client, 3).await;
-    let agent = start(&sim);
-    taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
+    let agent = drain_against_a_closed_web_budget(&sim).await;
     agent
         .wait_for("a web pod blocked by its budget", |evs| {
             evs.iter().any(|e| {
@@ -183,10 +190,7 @@ async fn first_web_pod(client: &kube::Client) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_agent_leaves_no_budget_watch_behind() {
     let sim = scenario("small.yaml").await;
-    let client = sim.client();
-    web_budget_min_available(&client, 3).await;
-    let agent = start(&sim);
-    taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
+    let agent = drain_against_a_closed_web_budget(&sim).await;
     eventually("a watch of default's budgets is open", || {
         let n = sim.state.watches.count(PDB);
         async move { n == 1 }

@@ -472,7 +472,6 @@ async fn a_static_pod_its_kubelet_does_not_stop_is_a_named_blocker() {
 async fn a_stage_past_its_timeout_is_reported_and_waits_or_skips_as_configured() {
     for policy in [TimeoutPolicy::Wait, TimeoutPolicy::Skip] {
         let sim = scenario("small.yaml").await;
-        maintd_namespace(&sim).await;
         unmovable_budget(&sim, "stuck").await;
         post_pod(&sim, &bare_pod("stuck", -100, json!({"app": "stuck"}))).await;
         sim.wait_settled(Duration::from_secs(30)).await.unwrap();
