@@ -38,10 +38,8 @@ async fn without_the_crd_the_trigger_is_ready_with_nothing_to_do() {
     stop.cancel();
 }
 
-#[tokio::test]
-async fn follows_objects_as_they_are_created_changed_and_deleted() {
-    let sim = common::sim().await;
-    let client = sim.client();
+/// Installs maintd's NodeMaintenance CRD; its objects.
+async fn with_the_crd(client: &kube::Client) -> Api<DynamicObject> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.create(&PostParams::default(), &maintd::api::crd().unwrap())
         .await
@@ -53,22 +51,57 @@ async fn follows_objects_as_they_are_created_changed_and_deleted() {
         kind: "NodeMaintenance".into(),
         plural: "nodemaintenances".into(),
     };
-    let nms: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-    let create = |name: &str, spec: Value| {
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
-            "metadata": {"name": name}, "spec": spec,
-        }))
-        .unwrap();
-        let nms = nms.clone();
-        async move { nms.create(&PostParams::default(), &obj).await.unwrap() }
-    };
+    Api::all_with(client.clone(), &ar)
+}
+
+async fn create(nms: &Api<DynamicObject>, name: &str, spec: Value) {
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    nms.create(&PostParams::default(), &obj).await.unwrap();
+}
+
+/// Waits until at least `n` reads of paths starting with `prefix` were
+/// answered with an error.
+async fn failed_reads(sim: &maintd::sim::SimCluster, prefix: &'static str, n: usize) {
+    common::eventually(&format!("{n} failed reads of {prefix}"), || {
+        let failed = reads_failed(sim, prefix);
+        async move { failed >= n }
+    })
+    .await;
+}
+
+fn reads_failed(sim: &maintd::sim::SimCluster, prefix: &str) -> usize {
+    sim.state
+        .audit
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.starts_with(prefix) && r.code >= 500)
+        .count()
+}
+
+fn stage(trigger: &MaintenanceTrigger) -> Option<String> {
+    trigger
+        .evaluate(&node_a())
+        .effective
+        .map(|e| e.stage.as_str().to_string())
+}
+
+#[tokio::test]
+async fn follows_objects_as_they_are_created_changed_and_deleted() {
+    let sim = common::sim().await;
+    let client = sim.client();
+    let nms = with_the_crd(&client).await;
     create(
+        &nms,
         "unknown-stage",
         json!({"nodeName": "node-a", "stage": "Evacuate"}),
     )
     .await;
     create(
+        &nms,
         "gpu",
         json!({"nodeSelector": {"matchLabels": {"pool": "gpu"}}, "stage": "Cordon"}),
     )
@@ -116,9 +149,109 @@ async fn follows_objects_as_they_are_created_changed_and_deleted() {
     .await
     .unwrap();
     common::eventually("Complete asks nothing", || stage_is(None)).await;
-    create("kernel", json!({"nodeName": "node-a", "stage": "Drain"})).await;
+    create(
+        &nms,
+        "kernel",
+        json!({"nodeName": "node-a", "stage": "Drain"}),
+    )
+    .await;
     common::eventually("a new object is seen", || stage_is(Some("Drain"))).await;
     nms.delete("kernel", &Default::default()).await.unwrap();
     common::eventually("a deleted object asks nothing", || stage_is(None)).await;
+    stop.cancel();
+}
+
+/// A CRD check that fails (a 500, not a 404) says nothing about whether
+/// the CRD is there: the trigger stays not ready, so the agent undoes no
+/// drain for want of objects, and it says why; once the API answers, the
+/// objects are read.
+#[tokio::test]
+async fn a_crd_check_that_fails_keeps_the_trigger_not_ready_and_says_why() {
+    let sim = common::sim().await;
+    let client = sim.client();
+    let nms = with_the_crd(&client).await;
+    create(
+        &nms,
+        "kernel",
+        json!({"nodeName": "node-a", "stage": "Drain"}),
+    )
+    .await;
+    sim.state.faults.fail_reads("/apis/maintd.io/", 500);
+    let trigger = MaintenanceTrigger::new();
+    let stop = CancellationToken::new();
+    tokio::spawn(
+        trigger
+            .clone()
+            .run(client, Default::default(), stop.clone()),
+    );
+    failed_reads(&sim, "/apis/maintd.io/", 3).await;
+    assert!(!trigger.ready(), "a failed check is not a missing CRD");
+    let error = trigger.view().last_error().unwrap_or_default();
+    assert!(
+        error.contains("nodemaintenances") && error.contains("injected fault"),
+        "{error}"
+    );
+    sim.state.faults.clear();
+    tokio::time::timeout(Duration::from_secs(10), trigger.wait_ready())
+        .await
+        .expect("ready once the API answers");
+    assert_eq!(stage(&trigger).as_deref(), Some("Drain"));
+    stop.cancel();
+}
+
+/// A spec change whose object cannot be read is read again until it is:
+/// no later event is needed for the agent to act on it. The reads are
+/// paced: every agent reads every object, so a read retried at once would
+/// multiply with the node count (it once was: 65,000 reads in 2 s).
+#[tokio::test]
+async fn a_changed_object_that_cannot_be_read_is_read_again() {
+    let sim = common::sim().await;
+    let client = sim.client();
+    let nms = with_the_crd(&client).await;
+    create(
+        &nms,
+        "gpu",
+        json!({"nodeName": "node-a", "stage": "Cordon"}),
+    )
+    .await;
+    let trigger = MaintenanceTrigger::new();
+    let stop = CancellationToken::new();
+    tokio::spawn(
+        trigger
+            .clone()
+            .run(client, Default::default(), stop.clone()),
+    );
+    tokio::time::timeout(Duration::from_secs(10), trigger.wait_ready())
+        .await
+        .expect("the first list arrives");
+    assert_eq!(stage(&trigger).as_deref(), Some("Cordon"));
+
+    const GPU: &str = "/apis/maintd.io/v1alpha1/nodemaintenances/gpu";
+    sim.state.faults.fail_reads(GPU, 500);
+    nms.patch(
+        "gpu",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"stage": "Drain"}})),
+    )
+    .await
+    .unwrap();
+    failed_reads(&sim, GPU, 2).await;
+    assert_eq!(
+        stage(&trigger).as_deref(),
+        Some("Cordon"),
+        "the new spec is not known yet"
+    );
+    let error = trigger.view().last_error().unwrap_or_default();
+    assert!(
+        error.contains("reading") && error.contains("gpu"),
+        "{error}"
+    );
+    sim.state.faults.clear();
+    let t = trigger.clone();
+    common::eventually("the change is read once the API answers", || {
+        let now = stage(&t);
+        async move { now.as_deref() == Some("Drain") }
+    })
+    .await;
     stop.cancel();
 }

@@ -7,7 +7,8 @@
 //! - **black hole**: every connection, open or new, is accepted and then
 //!   never answered, as when the API server's address is unreachable;
 //! - **errors and delays**: a share of requests answered with 500, 503 or
-//!   429, or answered only after a delay;
+//!   429, or answered only after a delay; every read of one object or
+//!   collection answered with an error while the rest of the API works;
 //! - **late commits**: a write is received at once but committed only
 //!   after a delay, whether or not its client is still waiting, as an API
 //!   server under load finishes a write whose client already timed out;
@@ -37,6 +38,8 @@ struct Settings {
     delay: Duration,
     /// Requests to paths starting with one of these get 403 Forbidden.
     forbidden: Vec<String>,
+    /// GETs of paths starting with the prefix get the status code.
+    failing_reads: Vec<(String, u16)>,
     /// Writes to paths starting with the prefix commit after the delay.
     late_commits: Vec<(String, Duration)>,
 }
@@ -100,6 +103,14 @@ impl Faults {
         self.settings().forbidden.push(prefix.to_string());
     }
 
+    /// Answers every GET of a path starting with `prefix` (one object, or a
+    /// collection and its objects) with `code`; writes to it still work.
+    pub fn fail_reads(&self, prefix: &str, code: u16) {
+        self.settings()
+            .failing_reads
+            .push((prefix.to_string(), code));
+    }
+
     /// Answers every request only after `delay`.
     pub fn delay_requests(&self, delay: Duration) {
         self.settings().delay = delay;
@@ -148,6 +159,7 @@ impl Faults {
         s.errors = None;
         s.delay = Duration::ZERO;
         s.forbidden.clear();
+        s.failing_reads.clear();
         s.late_commits.clear();
     }
 
@@ -172,12 +184,20 @@ impl Faults {
         s.black_hole || conn < s.frozen_below
     }
 
-    /// What to do with a request for `path` now: answer it with an error
-    /// code, and how long to wait first.
-    pub fn for_request(&self, path: &str) -> (Option<u16>, Duration) {
+    /// What to do with a `method` request for `path` now: answer it with an
+    /// error code, and how long to wait first.
+    pub fn for_request(&self, method: &http::Method, path: &str) -> (Option<u16>, Duration) {
         let s = self.settings();
         if s.forbidden.iter().any(|p| path.starts_with(p.as_str())) {
             return (Some(403), s.delay);
+        }
+        if method == http::Method::GET
+            && let Some((_, code)) = s
+                .failing_reads
+                .iter()
+                .find(|(p, _)| path.starts_with(p.as_str()))
+        {
+            return (Some(*code), s.delay);
         }
         let code = s
             .errors

@@ -212,7 +212,7 @@ async fn handle(sim: Arc<SimState>, server: &str, req: Request<Incoming>) -> Res
         .unwrap_or("")
         .to_string();
     let watch = matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
-    let (fail, delay) = sim.faults.for_request(&path);
+    let (fail, delay) = sim.faults.for_request(&parts.method, &path);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }

@@ -6,6 +6,7 @@
 //! checks again with a capped backoff, so the agent neither waits forever
 //! nor undoes a drain because a list has not arrived yet.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -240,25 +241,28 @@ impl MaintenanceTrigger {
     /// an object is fetched when it appears and when its generation
     /// changes; one that is gone from the view is dropped. The index counts
     /// as listed once every object of the view has been fetched.
+    ///
+    /// An object that cannot be read is read again on its own backoff (1 s
+    /// doubling to a minute), however often the view changes meanwhile:
+    /// every agent reads every object, so a read retried on each status
+    /// write of the others would multiply with the node count.
     async fn follow_specs(&self, client: &kube::Client, meta: &Index, stop: &CancellationToken) {
         let mut changes = meta.changes();
-        let mut backoff = Backoff::with(1_000, 60_000);
-        let mut retry_at: Option<tokio::time::Instant> = None;
+        let mut failing = HashMap::new();
         loop {
             if meta.synced() {
-                match self.fetch_changed(client, meta).await {
-                    Ok(()) => {
-                        backoff.reset();
-                        retry_at = None;
-                        self.index.mark_synced();
-                    }
+                match self.fetch_changed(client, meta, &mut failing).await {
+                    Ok(true) => self.index.mark_synced(),
+                    Ok(false) => {}
                     Err(e) => {
                         tracing::warn!(error = %e, "fetching {}; will retry", self.kind);
                         meta.note_error(e);
-                        retry_at = Some(tokio::time::Instant::now() + backoff.next_delay());
+                        // That note is not a change to the objects.
+                        changes.borrow_and_update();
                     }
                 }
             }
+            let retry_at = failing.values().map(|r: &Retry| r.at).min();
             tokio::select! {
                 r = changes.changed() => if r.is_err() { return },
                 _ = sleep_until(retry_at) => {}
@@ -267,8 +271,20 @@ impl MaintenanceTrigger {
         }
     }
 
-    async fn fetch_changed(&self, client: &kube::Client, meta: &Index) -> Result<(), String> {
+    /// Fetches the objects of the view that are new or changed, except
+    /// those in `failing` whose retry is not due. Ok(true): the index holds
+    /// every object of the view; Ok(false): some wait for their retry; Err:
+    /// a read failed now.
+    async fn fetch_changed(
+        &self,
+        client: &kube::Client,
+        meta: &Index,
+        failing: &mut HashMap<String, Retry>,
+    ) -> Result<bool, String> {
+        let now = tokio::time::Instant::now();
         let mut failed = None;
+        let mut waiting = false;
+        failing.retain(|uid, _| meta.contains(uid));
         for m in meta.all() {
             let (Some(uid), Some(name)) = (
                 m["metadata"]["uid"].as_str(),
@@ -284,11 +300,27 @@ impl MaintenanceTrigger {
             if current {
                 continue;
             }
+            if failing.get(uid).is_some_and(|r| r.at > now) {
+                waiting = true;
+                continue;
+            }
             match fetch(client, self.path, name).await {
-                Ok(Some(obj)) if obj["metadata"]["uid"] == uid => self.index.upsert(obj),
-                // Gone or replaced meanwhile: the view will say so.
-                Ok(_) => {}
-                Err(e) => failed = Some(e),
+                Ok(found) => {
+                    failing.remove(uid);
+                    match found {
+                        Some(obj) if obj["metadata"]["uid"] == uid => self.index.upsert(obj),
+                        // Gone or replaced meanwhile: the view will say so.
+                        _ => {}
+                    }
+                }
+                Err(e) => {
+                    let retry = failing.entry(uid.to_string()).or_insert_with(|| Retry {
+                        at: now,
+                        backoff: Backoff::with(1_000, 60_000),
+                    });
+                    retry.at = tokio::time::Instant::now() + retry.backoff.next_delay();
+                    failed = Some(e);
+                }
             }
         }
         for obj in self.index.all() {
@@ -298,8 +330,17 @@ impl MaintenanceTrigger {
                 self.index.remove(uid);
             }
         }
-        failed.map_or(Ok(()), Err)
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(!waiting),
+        }
     }
+}
+
+/// When an object whose read failed is read again.
+struct Retry {
+    at: tokio::time::Instant,
+    backoff: Backoff,
 }
 
 /// One object by name (None: not found).
