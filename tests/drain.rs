@@ -344,6 +344,20 @@ async fn static_manifests_are_stashed_and_restored_byte_for_byte() {
         before,
         "the manifests are back, byte for byte"
     );
+    let restored: Vec<String> = agent
+        .events()
+        .into_iter()
+        .filter(|e| e.event == EventKind::StaticPodsRestored)
+        .map(|e| e.message)
+        .collect();
+    assert_eq!(
+        restored,
+        [format!(
+            "restored [{:?}]; kept both copies of []",
+            before[0].0
+        )],
+        "the restore is said once, naming the manifest"
+    );
     eventually("the mirror pod is back", || {
         let c = client.clone();
         async move { pods_on(&c, "node-a").await.iter().any(is_mirror) }

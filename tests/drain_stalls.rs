@@ -488,6 +488,17 @@ async fn a_stage_past_its_timeout_is_reported_and_waits_or_skips_as_configured()
             .unwrap();
         assert_eq!(timed_out.stage, Some(1), "{policy:?}");
         assert_eq!(timed_out.message, "1 pods still present after 2s");
+        let started = agent
+            .events()
+            .into_iter()
+            .find(|e| e.event == EventKind::StageStarted && e.stage == Some(1))
+            .unwrap();
+        // Not before its time (the clock is read in whole milliseconds).
+        assert!(
+            timed_out.t_ms >= started.t_ms + 1_900,
+            "timed out {} ms into the stage",
+            timed_out.t_ms - started.t_ms
+        );
         match policy {
             TimeoutPolicy::Wait => {
                 let progress = agent.progress.clone();
@@ -506,6 +517,14 @@ async fn a_stage_past_its_timeout_is_reported_and_waits_or_skips_as_configured()
                     1,
                     "no later stage ran"
                 );
+                assert_eq!(agent.count(EventKind::StageTimedOut), 1, "said once");
+                // Ended before the static pods' stage: nothing to put back.
+                let dir = sim.static_pod_dir("node-a").unwrap();
+                let manifests = std::fs::read_dir(&dir).unwrap().count();
+                taint(&sim.client(), "node-a", "maintd.io/drain", None).await;
+                agent.wait_event(EventKind::UndoCompleted).await;
+                assert_eq!(agent.count(EventKind::StaticPodsRestored), 0);
+                assert_eq!(std::fs::read_dir(&dir).unwrap().count(), manifests);
             }
             TimeoutPolicy::Skip => {
                 agent.wait_event(EventKind::DrainCompleted).await;
