@@ -19,14 +19,12 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-/// What to watch: a collection path and optional field and label
-/// selectors.
+/// What to watch: a collection path and an optional field selector.
 #[derive(Debug, Clone)]
 pub struct WatchTarget {
     /// e.g. "/api/v1/pods" or "/apis/maintd.io/v1alpha1/nodemaintenances".
     pub path: String,
     pub field_selector: Option<String>,
-    pub label_selector: Option<String>,
     /// How the watch guards against a dead connection.
     pub guard: WatchGuard,
     /// Ask for metadata only (`PartialObjectMetadata`): the objects' specs
@@ -39,16 +37,9 @@ impl WatchTarget {
         WatchTarget {
             path: path.into(),
             field_selector,
-            label_selector: None,
             guard,
             metadata_only: false,
         }
-    }
-
-    /// The same watch, of the objects with these labels only.
-    pub fn with_labels(mut self, selector: String) -> Self {
-        self.label_selector = Some(selector);
-        self
     }
 
     /// The same watch, of the objects' metadata only.
@@ -360,9 +351,6 @@ impl Index {
             if let Some(fs) = &target.field_selector {
                 lp = lp.fields(fs);
             }
-            if let Some(ls) = &target.label_selector {
-                lp = lp.labels(ls);
-            }
             let list = tokio::select! {
                 r = tokio::time::timeout(idle, list_all(&client, &req, &lp, target.metadata_only)) => r,
                 _ = stop.cancelled() => return,
@@ -393,9 +381,6 @@ impl Index {
                 let mut wp = WatchParams::default().timeout(rand::random_range(240..=300));
                 if let Some(fs) = &target.field_selector {
                     wp = wp.fields(fs);
-                }
-                if let Some(ls) = &target.label_selector {
-                    wp = wp.labels(ls);
                 }
                 let http_req = match req.watch(&wp, &rv) {
                     Ok(mut r) => {

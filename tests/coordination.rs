@@ -424,3 +424,86 @@ async fn a_node_waiting_behind_a_dead_holder_takes_the_slot_when_the_hold_expire
     );
     assert!(guard.release().await.unwrap());
 }
+
+/// A renewal or a release that loses a race with another write (409) reads
+/// the slot again and writes again, a bounded number of times; any other
+/// error is said as the API server said it, after one write, and a release
+/// that cannot be written is not taken for one with nothing to give back.
+#[tokio::test]
+async fn a_renewal_or_release_that_loses_a_race_is_tried_again_and_other_errors_are_said() {
+    let sim = common::sim().await;
+    let a = RebootSlots::new(sim.client_with(false), NS, "workers", 1, LONG);
+    let b = slots(&sim, "workers", 1, LONG);
+    let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases");
+    let faults = &sim.state.faults;
+    // A failed write is not a lost race: no "full" with nobody holding.
+    faults.fail_writes(&leases, 500, 1);
+    let e = a.try_acquire("node-a").await.unwrap_err().to_string();
+    assert!(
+        e.contains("taking the slot") && e.contains("injected fault"),
+        "{e}"
+    );
+    let Acquisition::Acquired(slot) = a.try_acquire("node-a").await.unwrap() else {
+        panic!("the slot is free");
+    };
+    // Asking again while holding it renews it, through lost races too.
+    faults.fail_writes(&leases, 409, 2);
+    match a.try_acquire("node-a").await.unwrap() {
+        Acquisition::Acquired(again) => assert_eq!(again, slot),
+        other => panic!("node-a holds {slot}, got {other:?}"),
+    }
+    // The writes to the slots answered with `code` so far.
+    let failed = |code: u16| {
+        sim.state
+            .audit
+            .requests()
+            .iter()
+            .filter(|r| r.method == "PUT" && r.path.starts_with(&leases) && r.code == code)
+            .count()
+    };
+
+    faults.fail_writes(&leases, 409, 2);
+    a.renew("node-a", &slot)
+        .await
+        .expect("renewed on the third write");
+    faults.fail_writes(&leases, 409, 100);
+    let e = a.renew("node-a", &slot).await.unwrap_err().to_string();
+    assert!(e.contains("kept changing under 5 attempts"), "{e}");
+    assert_eq!(failed(409), 2 + 2 + 5);
+    faults.clear();
+    faults.fail_writes(&leases, 500, 100);
+    let e = a.renew("node-a", &slot).await.unwrap_err().to_string();
+    assert!(
+        e.contains("renewing the slot") && e.contains("injected fault"),
+        "{e}"
+    );
+    assert_eq!(failed(500), 1);
+
+    let e = tokio::time::timeout(Duration::from_secs(30), a.release("node-a"))
+        .await
+        .expect("a failing release ends")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("releasing the slot") && e.contains("injected fault"),
+        "{e}"
+    );
+    assert_eq!(failed(500), 2);
+    faults.clear();
+    faults.fail_writes(&leases, 409, 100);
+    let e = a.release("node-a").await.unwrap_err().to_string();
+    assert!(e.contains("releasing the slot"), "{e}");
+    assert_eq!(failed(409), 9 + 6, "the first write and five more");
+    faults.clear();
+    assert!(
+        !b.try_acquire("node-b").await.unwrap().is_acquired(),
+        "still node-a's"
+    );
+
+    faults.fail_writes(&leases, 409, 2);
+    assert!(
+        a.release("node-a").await.unwrap(),
+        "given back on the third write"
+    );
+    assert!(b.try_acquire("node-b").await.unwrap().is_acquired());
+}

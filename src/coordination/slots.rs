@@ -90,11 +90,6 @@ impl RebootSlots {
         }
     }
 
-    /// The label selector of this group's slot Leases.
-    pub fn label_selector(&self) -> String {
-        format!("{}={}", lease::GROUP_LABEL, lease::label_value(&self.group))
-    }
-
     /// The Lease collection the slots live in, for a watch.
     pub fn leases_path(&self) -> String {
         format!(

@@ -295,7 +295,12 @@ mod tests {
         let full = [held(0, "a", fresh), held(1, "b", fresh)];
         let v = availability(&s, &full, "n", now);
         assert!(!v.open);
-        assert_eq!(v.holders.len(), 2);
+        // Each holder with its own slot, as the waiting message names them.
+        let holder = |h: &str, i: u32| Holder {
+            holder: h.into(),
+            slot: lease::slot_name("g", i),
+        };
+        assert_eq!(v.holders, [holder("a", 0), holder("b", 1)]);
         assert_eq!(v.next_expiry, Some("2026-01-01T01:04:00Z".parse().unwrap()));
         // One expired.
         assert!(availability(&s, &[held(0, "a", fresh), held(1, "b", stale)], "n", now).open);

@@ -170,6 +170,11 @@ impl ApiError {
                 "TooManyRequests",
                 "the server has received too many requests and has asked us to try again later",
             ),
+            409 => Self::new(
+                409,
+                "Conflict",
+                "Operation cannot be fulfilled: the object has been modified; please apply your changes to the latest version and try again",
+            ),
             503 => Self::new(
                 503,
                 "ServiceUnavailable",

@@ -40,6 +40,9 @@ struct Settings {
     forbidden: Vec<String>,
     /// GETs of paths starting with the prefix get the status code.
     failing_reads: Vec<(String, u16)>,
+    /// The next writes to paths starting with the prefix get the status
+    /// code, as many times as the count says.
+    failing_writes: Vec<(String, u16, usize)>,
     /// Writes to paths starting with the prefix commit after the delay.
     late_commits: Vec<(String, Duration)>,
 }
@@ -111,6 +114,15 @@ impl Faults {
             .push((prefix.to_string(), code));
     }
 
+    /// Answers the next `times` writes (anything but GET) to a path
+    /// starting with `prefix` with `code`, before they reach the store:
+    /// a 409 here is a write that lost a race with another writer.
+    pub fn fail_writes(&self, prefix: &str, code: u16, times: usize) {
+        self.settings()
+            .failing_writes
+            .push((prefix.to_string(), code, times));
+    }
+
     /// Answers every request only after `delay`.
     pub fn delay_requests(&self, delay: Duration) {
         self.settings().delay = delay;
@@ -160,6 +172,7 @@ impl Faults {
         s.delay = Duration::ZERO;
         s.forbidden.clear();
         s.failing_reads.clear();
+        s.failing_writes.clear();
         s.late_commits.clear();
     }
 
@@ -187,7 +200,7 @@ impl Faults {
     /// What to do with a `method` request for `path` now: answer it with an
     /// error code, and how long to wait first.
     pub fn for_request(&self, method: &http::Method, path: &str) -> (Option<u16>, Duration) {
-        let s = self.settings();
+        let mut s = self.settings();
         if s.forbidden.iter().any(|p| path.starts_with(p.as_str())) {
             return (Some(403), s.delay);
         }
@@ -198,6 +211,16 @@ impl Faults {
                 .find(|(p, _)| path.starts_with(p.as_str()))
         {
             return (Some(*code), s.delay);
+        }
+        if method != http::Method::GET
+            && let Some((_, code, left)) = s
+                .failing_writes
+                .iter_mut()
+                .find(|(p, _, left)| *left > 0 && path.starts_with(p.as_str()))
+        {
+            *left -= 1;
+            let code = *code;
+            return (Some(code), s.delay);
         }
         let code = s
             .errors

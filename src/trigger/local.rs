@@ -118,4 +118,17 @@ mod tests {
         rx.changed().await.unwrap();
         assert!(rx.borrow().is_none());
     }
+
+    /// The deadline runs from the request, and the status counts it down.
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_counts_down_from_the_request() {
+        let local = LocalRequests::new();
+        local.request("os update", Some(Duration::from_secs(60)));
+        let left = || local.status().unwrap().deadline_seconds_left.unwrap();
+        assert_eq!(left(), 60.0);
+        tokio::time::advance(Duration::from_secs(45)).await;
+        assert_eq!(left(), 15.0);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(left(), 0.0, "past the deadline, nothing is left");
+    }
 }
