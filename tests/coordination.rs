@@ -452,6 +452,12 @@ async fn a_renewal_or_release_that_loses_a_race_is_tried_again_and_other_errors_
         Acquisition::Acquired(again) => assert_eq!(again, slot),
         other => panic!("node-a holds {slot}, got {other:?}"),
     }
+    faults.fail_writes(&leases, 500, 1);
+    let e = a.try_acquire("node-a").await.unwrap_err().to_string();
+    assert!(
+        e.contains("renewing the slot") && e.contains("injected fault"),
+        "{e}"
+    );
     // The writes to the slots answered with `code` so far.
     let failed = |code: u16| {
         sim.state
@@ -477,7 +483,7 @@ async fn a_renewal_or_release_that_loses_a_race_is_tried_again_and_other_errors_
         e.contains("renewing the slot") && e.contains("injected fault"),
         "{e}"
     );
-    assert_eq!(failed(500), 1);
+    assert_eq!(failed(500), 2);
 
     let e = tokio::time::timeout(Duration::from_secs(30), a.release("node-a"))
         .await
@@ -488,7 +494,7 @@ async fn a_renewal_or_release_that_loses_a_race_is_tried_again_and_other_errors_
         e.contains("releasing the slot") && e.contains("injected fault"),
         "{e}"
     );
-    assert_eq!(failed(500), 2);
+    assert_eq!(failed(500), 3);
     faults.clear();
     faults.fail_writes(&leases, 409, 100);
     let e = a.release("node-a").await.unwrap_err().to_string();

@@ -155,6 +155,14 @@ async fn an_ended_trigger_sends_none_of_the_evictions_still_queued() {
         async move { n >= 3 }
     })
     .await;
+    let progress = agent.progress.clone();
+    eventually("two pods are gone", || {
+        let left = progress.status().pods_remaining;
+        async move { left <= 98 }
+    })
+    .await;
+    // The pods waiting their turn hold nothing up: none is a blocker.
+    assert_eq!(agent.progress.status().blockers, []);
     taint(&client, "node-a", "maintd.io/drain", None).await;
     // The agent hears of the end through its watch and stops the drain.
     // The audit log is in the API's order: everything from here on came
@@ -547,6 +555,12 @@ async fn a_stage_past_its_timeout_is_reported_and_waits_or_skips_as_configured()
                     "left {left:?}, skipped {skipped:?}"
                 );
                 assert!(left.iter().any(|n| n == "stuck"));
+                // Left behind, not waited for: not a blocker.
+                assert!(
+                    st.blockers.iter().all(|b| b.pod != "stuck"),
+                    "{:?}",
+                    st.blockers
+                );
             }
         }
         agent.stop().await;

@@ -82,6 +82,18 @@ fn reads_failed(sim: &maintd::sim::SimCluster, prefix: &str) -> usize {
         .count()
 }
 
+/// maintd's NodeMaintenance trigger, running until the token is cancelled.
+fn started(client: kube::Client) -> (MaintenanceTrigger, CancellationToken) {
+    let trigger = MaintenanceTrigger::new();
+    let stop = CancellationToken::new();
+    tokio::spawn(
+        trigger
+            .clone()
+            .run(client, Default::default(), stop.clone()),
+    );
+    (trigger, stop)
+}
+
 fn stage(trigger: &MaintenanceTrigger) -> Option<String> {
     trigger
         .evaluate(&node_a())
@@ -107,13 +119,7 @@ async fn follows_objects_as_they_are_created_changed_and_deleted() {
     )
     .await;
 
-    let trigger = MaintenanceTrigger::new();
-    let stop = CancellationToken::new();
-    tokio::spawn(
-        trigger
-            .clone()
-            .run(client.clone(), Default::default(), stop.clone()),
-    );
+    let (trigger, stop) = started(client.clone());
     tokio::time::timeout(Duration::from_secs(10), trigger.wait_ready())
         .await
         .expect("the first list arrives");
@@ -177,13 +183,7 @@ async fn a_crd_check_that_fails_keeps_the_trigger_not_ready_and_says_why() {
     )
     .await;
     sim.state.faults.fail_reads("/apis/maintd.io/", 500);
-    let trigger = MaintenanceTrigger::new();
-    let stop = CancellationToken::new();
-    tokio::spawn(
-        trigger
-            .clone()
-            .run(client, Default::default(), stop.clone()),
-    );
+    let (trigger, stop) = started(client);
     failed_reads(&sim, "/apis/maintd.io/", 3).await;
     assert!(!trigger.ready(), "a failed check is not a missing CRD");
     let error = trigger.view().last_error().unwrap_or_default();
@@ -214,13 +214,7 @@ async fn a_changed_object_that_cannot_be_read_is_read_again() {
         json!({"nodeName": "node-a", "stage": "Cordon"}),
     )
     .await;
-    let trigger = MaintenanceTrigger::new();
-    let stop = CancellationToken::new();
-    tokio::spawn(
-        trigger
-            .clone()
-            .run(client, Default::default(), stop.clone()),
-    );
+    let (trigger, stop) = started(client);
     tokio::time::timeout(Duration::from_secs(10), trigger.wait_ready())
         .await
         .expect("the first list arrives");
@@ -246,6 +240,23 @@ async fn a_changed_object_that_cannot_be_read_is_read_again() {
         error.contains("reading") && error.contains("gpu"),
         "{error}"
     );
+    // Other objects change meanwhile: each is read, and none of them
+    // hurries the failing object's next read.
+    for i in 0..10 {
+        create(
+            &nms,
+            &format!("other-{i}"),
+            json!({"nodeName": "node-b", "stage": "Idle"}),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let reads = reads_failed(&sim, GPU);
+    assert!(
+        (2..=6).contains(&reads),
+        "{reads} reads in about 3 s; the pause doubles from 1 s"
+    );
+    assert_eq!(trigger.index.all().len(), 11, "the others were read");
     sim.state.faults.clear();
     let t = trigger.clone();
     common::eventually("the change is read once the API answers", || {
@@ -253,5 +264,36 @@ async fn a_changed_object_that_cannot_be_read_is_read_again() {
         async move { now.as_deref() == Some("Drain") }
     })
     .await;
+    stop.cancel();
+}
+
+/// An object deleted between its event and its read (its read answers 404)
+/// is taken as gone, not as an error: the others are acted on without it.
+#[tokio::test]
+async fn an_object_gone_before_it_is_read_does_not_hold_the_others_back() {
+    let sim = common::sim().await;
+    let client = sim.client();
+    let nms = with_the_crd(&client).await;
+    create(
+        &nms,
+        "kernel",
+        json!({"nodeName": "node-a", "stage": "Drain"}),
+    )
+    .await;
+    create(
+        &nms,
+        "gone",
+        json!({"nodeName": "node-a", "stage": "Cordon"}),
+    )
+    .await;
+    sim.state
+        .faults
+        .fail_reads("/apis/maintd.io/v1alpha1/nodemaintenances/gone", 404);
+    let (trigger, stop) = started(client);
+    tokio::time::timeout(Duration::from_secs(10), trigger.wait_ready())
+        .await
+        .expect("ready without the object that went");
+    assert_eq!(stage(&trigger).as_deref(), Some("Drain"));
+    assert_eq!(trigger.view().last_error(), None);
     stop.cancel();
 }
