@@ -29,9 +29,7 @@ async fn without_the_crd_the_trigger_is_ready_with_nothing_to_do() {
                 .clone()
                 .run(sim.client(), Default::default(), stop.clone()),
         );
-        tokio::time::timeout(Duration::from_secs(10), trigger.wait_ready())
-            .await
-            .expect("ready although the CRD is missing");
+        ready(&trigger, "ready although the CRD is missing").await;
         assert!(trigger.evaluate(&node_a()).effective.is_none());
         assert!(trigger.index.all().is_empty());
     }
@@ -52,6 +50,19 @@ async fn with_the_crd(client: &kube::Client) -> Api<DynamicObject> {
         plural: "nodemaintenances".into(),
     };
     Api::all_with(client.clone(), &ar)
+}
+
+/// A cluster with the CRD installed and these objects (name, spec).
+async fn cluster_with(
+    objects: &[(&str, Value)],
+) -> (maintd::sim::SimCluster, kube::Client, Api<DynamicObject>) {
+    let sim = common::sim().await;
+    let client = sim.client();
+    let nms = with_the_crd(&client).await;
+    for (name, spec) in objects {
+        create(&nms, name, spec.clone()).await;
+    }
+    (sim, client, nms)
 }
 
 async fn create(nms: &Api<DynamicObject>, name: &str, spec: Value) {
@@ -94,6 +105,13 @@ fn started(client: kube::Client) -> (MaintenanceTrigger, CancellationToken) {
     (trigger, stop)
 }
 
+/// Waits (10 s at most) until the trigger may be acted on.
+async fn ready(trigger: &MaintenanceTrigger, what: &str) {
+    tokio::time::timeout(Duration::from_secs(10), trigger.wait_ready())
+        .await
+        .expect(what);
+}
+
 fn stage(trigger: &MaintenanceTrigger) -> Option<String> {
     trigger
         .evaluate(&node_a())
@@ -103,26 +121,20 @@ fn stage(trigger: &MaintenanceTrigger) -> Option<String> {
 
 #[tokio::test]
 async fn follows_objects_as_they_are_created_changed_and_deleted() {
-    let sim = common::sim().await;
-    let client = sim.client();
-    let nms = with_the_crd(&client).await;
-    create(
-        &nms,
-        "unknown-stage",
-        json!({"nodeName": "node-a", "stage": "Evacuate"}),
-    )
-    .await;
-    create(
-        &nms,
-        "gpu",
-        json!({"nodeSelector": {"matchLabels": {"pool": "gpu"}}, "stage": "Cordon"}),
-    )
+    let (_sim, client, nms) = cluster_with(&[
+        (
+            "unknown-stage",
+            json!({"nodeName": "node-a", "stage": "Evacuate"}),
+        ),
+        (
+            "gpu",
+            json!({"nodeSelector": {"matchLabels": {"pool": "gpu"}}, "stage": "Cordon"}),
+        ),
+    ])
     .await;
 
     let (trigger, stop) = started(client.clone());
-    tokio::time::timeout(Duration::from_secs(10), trigger.wait_ready())
-        .await
-        .expect("the first list arrives");
+    ready(&trigger, "the first list arrives").await;
     let ev = trigger.evaluate(&node_a());
     assert_eq!(ev.effective.as_ref().unwrap().stage.as_str(), "Cordon");
     assert_eq!(ev.invalid.len(), 1);
@@ -173,15 +185,8 @@ async fn follows_objects_as_they_are_created_changed_and_deleted() {
 /// objects are read.
 #[tokio::test]
 async fn a_crd_check_that_fails_keeps_the_trigger_not_ready_and_says_why() {
-    let sim = common::sim().await;
-    let client = sim.client();
-    let nms = with_the_crd(&client).await;
-    create(
-        &nms,
-        "kernel",
-        json!({"nodeName": "node-a", "stage": "Drain"}),
-    )
-    .await;
+    let (sim, client, _) =
+        cluster_with(&[("kernel", json!({"nodeName": "node-a", "stage": "Drain"}))]).await;
     sim.state.faults.fail_reads("/apis/maintd.io/", 500);
     let (trigger, stop) = started(client);
     failed_reads(&sim, "/apis/maintd.io/", 3).await;
@@ -192,9 +197,7 @@ async fn a_crd_check_that_fails_keeps_the_trigger_not_ready_and_says_why() {
         "{error}"
     );
     sim.state.faults.clear();
-    tokio::time::timeout(Duration::from_secs(10), trigger.wait_ready())
-        .await
-        .expect("ready once the API answers");
+    ready(&trigger, "ready once the API answers").await;
     assert_eq!(stage(&trigger).as_deref(), Some("Drain"));
     stop.cancel();
 }
@@ -205,19 +208,10 @@ async fn a_crd_check_that_fails_keeps_the_trigger_not_ready_and_says_why() {
 /// multiply with the node count (it once was: 65,000 reads in 2 s).
 #[tokio::test]
 async fn a_changed_object_that_cannot_be_read_is_read_again() {
-    let sim = common::sim().await;
-    let client = sim.client();
-    let nms = with_the_crd(&client).await;
-    create(
-        &nms,
-        "gpu",
-        json!({"nodeName": "node-a", "stage": "Cordon"}),
-    )
-    .await;
+    let (sim, client, nms) =
+        cluster_with(&[("gpu", json!({"nodeName": "node-a", "stage": "Cordon"}))]).await;
     let (trigger, stop) = started(client);
-    tokio::time::timeout(Duration::from_secs(10), trigger.wait_ready())
-        .await
-        .expect("the first list arrives");
+    ready(&trigger, "the first list arrives").await;
     assert_eq!(stage(&trigger).as_deref(), Some("Cordon"));
 
     const GPU: &str = "/apis/maintd.io/v1alpha1/nodemaintenances/gpu";
@@ -271,28 +265,16 @@ async fn a_changed_object_that_cannot_be_read_is_read_again() {
 /// is taken as gone, not as an error: the others are acted on without it.
 #[tokio::test]
 async fn an_object_gone_before_it_is_read_does_not_hold_the_others_back() {
-    let sim = common::sim().await;
-    let client = sim.client();
-    let nms = with_the_crd(&client).await;
-    create(
-        &nms,
-        "kernel",
-        json!({"nodeName": "node-a", "stage": "Drain"}),
-    )
-    .await;
-    create(
-        &nms,
-        "gone",
-        json!({"nodeName": "node-a", "stage": "Cordon"}),
-    )
+    let (sim, client, _) = cluster_with(&[
+        ("kernel", json!({"nodeName": "node-a", "stage": "Drain"})),
+        ("gone", json!({"nodeName": "node-a", "stage": "Cordon"})),
+    ])
     .await;
     sim.state
         .faults
         .fail_reads("/apis/maintd.io/v1alpha1/nodemaintenances/gone", 404);
     let (trigger, stop) = started(client);
-    tokio::time::timeout(Duration::from_secs(10), trigger.wait_ready())
-        .await
-        .expect("ready without the object that went");
+    ready(&trigger, "ready without the object that went").await;
     assert_eq!(stage(&trigger).as_deref(), Some("Drain"));
     assert_eq!(trigger.view().last_error(), None);
     stop.cancel();
