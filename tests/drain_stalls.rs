@@ -566,3 +566,60 @@ async fn a_stage_past_its_timeout_is_reported_and_waits_or_skips_as_configured()
         agent.stop().await;
     }
 }
+
+/// Only pods the drain waits on for a reason are blockers: a pod whose
+/// eviction went through and that is shutting down is not listed, while
+/// another pod of its stage is held by its budget and is, with why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_shutting_down_is_not_a_blocker_beside_one_that_is() {
+    let sim = sim().await;
+    create_node(&sim.client(), "node-a").await;
+    unmovable_budget(&sim, "held").await;
+    post_pod(&sim, &bare_pod("held", 0, json!({"app": "held"}))).await;
+    let mut slow = bare_pod("slow", 0, json!({}));
+    slow["metadata"]["annotations"] = json!({maintd::sim::kubelet::SHUTDOWN_ANNOTATION: "4"});
+    post_pod(&sim, &slow).await;
+    sim.wait_settled(Duration::from_secs(30)).await.unwrap();
+    let config = Config::for_node("node-a", "/nonexistent/manifests".into());
+    let agent = RunningAgent::start_with(config, sim.client_with(false));
+    taint(&sim.client(), "node-a", "maintd.io/drain", Some("x")).await;
+    let progress = agent.progress.clone();
+    let state_of = move |pod: &str| {
+        progress
+            .status()
+            .stages
+            .iter()
+            .flat_map(|s| s.pods.iter())
+            .find(|p| p.name == pod)
+            .map(|p| p.state)
+    };
+    eventually("slow shuts down while held is blocked", || {
+        let both = (state_of("slow"), state_of("held"));
+        async move { both == (Some(PodState::Terminating), Some(PodState::Blocked)) }
+    })
+    .await;
+    // The blocked pod's eviction is retried meanwhile, and each retry
+    // lists the blockers again.
+    for _ in 0..40 {
+        let blockers = agent.progress.status().blockers;
+        assert!(
+            blockers
+                .iter()
+                .all(|b| b.pod == "held" && !b.reason.is_empty()),
+            "{blockers:?}"
+        );
+        if state_of("slow") != Some(PodState::Terminating) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        agent
+            .progress
+            .status()
+            .blockers
+            .iter()
+            .any(|b| b.pod == "held")
+    );
+    agent.stop().await;
+}
