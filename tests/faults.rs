@@ -260,7 +260,22 @@ async fn a_flaky_api_server_slows_the_drain_but_it_completes() {
         Some("kernel"),
     )
     .await;
-    s.wait_event(EventKind::DrainCompleted).await;
+    // Each view relists with a backoff capped at 30 s; at one failure in
+    // two, a view can fail several times running and wait that long more
+    // than once, so this wait is longer than the others.
+    let events = s.events.clone();
+    tokio::time::timeout(Duration::from_secs(120), async move {
+        while !events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e.event == EventKind::DrainCompleted)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the drain completes despite the failures");
     s.sim.state.faults.clear();
     let left: Vec<String> = pods_on(&s.sim.client(), "node-a")
         .await
