@@ -330,10 +330,7 @@ async fn a_control_plane_node_waiting_on_a_not_ready_peer_asks_again_every_few_s
     let tries = || {
         sim.state
             .audit
-            .requests()
-            .iter()
-            .filter(|r| r.method == "GET" && r.path == "/api/v1/nodes/cp-1")
-            .count()
+            .count_requests(|r| r.method == "GET" && r.path == "/api/v1/nodes/cp-1")
     };
     let before = tries();
     tokio::time::sleep(Duration::from_secs(12)).await;
@@ -462,10 +459,7 @@ async fn a_renewal_or_release_that_loses_a_race_is_tried_again_and_other_errors_
     let failed = |code: u16| {
         sim.state
             .audit
-            .requests()
-            .iter()
-            .filter(|r| r.method == "PUT" && r.path.starts_with(&leases) && r.code == code)
-            .count()
+            .count_requests(|r| r.method == "PUT" && r.path.starts_with(&leases) && r.code == code)
     };
 
     faults.fail_writes(&leases, 409, 2);

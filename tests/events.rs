@@ -18,12 +18,9 @@ async fn events(sim: &maintd::sim::SimCluster) -> Vec<Value> {
 }
 
 fn writes_to_events(sim: &maintd::sim::SimCluster) -> usize {
-    sim.state
-        .audit
-        .requests()
-        .iter()
-        .filter(|r| r.path.contains("/events") && (r.method == "POST" || r.method == "PATCH"))
-        .count()
+    sim.state.audit.count_requests(|r| {
+        r.path.contains("/events") && (r.method == "POST" || r.method == "PATCH")
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -166,8 +166,12 @@ impl Setup {
     }
 
     async fn wait_event(&self, kind: EventKind) -> DrainEvent {
+        self.wait_event_within(kind, PATIENCE).await
+    }
+
+    async fn wait_event_within(&self, kind: EventKind, patience: Duration) -> DrainEvent {
         let evs = self.events.clone();
-        eventually(&format!("{kind:?}"), || {
+        eventually_within(&format!("{kind:?}"), patience, || {
             let seen = evs.lock().unwrap().iter().any(|e| e.event == kind);
             async move { seen }
         })
@@ -240,10 +244,7 @@ async fn an_api_server_restart_ends_every_watch_and_the_agent_goes_on() {
 fn node_watches(sim: &SimCluster) -> usize {
     sim.state
         .audit
-        .requests()
-        .iter()
-        .filter(|r| r.user_agent.contains("node-a") && r.watch && r.path == "/api/v1/nodes")
-        .count()
+        .count_requests(|r| r.user_agent.contains("node-a") && r.watch && r.path == "/api/v1/nodes")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,22 +261,11 @@ async fn a_flaky_api_server_slows_the_drain_but_it_completes() {
         Some("kernel"),
     )
     .await;
-    // Each view relists with a backoff capped at 30 s; at one failure in
-    // two, a view can fail several times running and wait that long more
-    // than once, so this wait is longer than the others.
-    let events = s.events.clone();
-    tokio::time::timeout(Duration::from_secs(120), async move {
-        while !events
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|e| e.event == EventKind::DrainCompleted)
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("the drain completes despite the failures");
+    // Marking the node is a read and a patch, retried together a few
+    // seconds apart once the backoff has grown: at one failure in two it
+    // was seen to take 50 s, so this wait is longer than the others.
+    s.wait_event_within(EventKind::DrainCompleted, Duration::from_secs(120))
+        .await;
     s.sim.state.faults.clear();
     let left: Vec<String> = pods_on(&s.sim.client(), "node-a")
         .await

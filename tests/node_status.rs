@@ -198,14 +198,9 @@ async fn a_nodes_nodedrain_is_written_by_its_agent_and_goes_with_the_node() {
 /// How many times node-a's agent read one NodeMaintenance by name.
 fn gets_of(sim: &SimCluster, name: &str) -> usize {
     let path = format!("{}/{name}", maintd::api::NODEMAINTENANCES_PATH);
-    sim.state
-        .audit
-        .requests()
-        .iter()
-        .filter(|r| {
-            r.user_agent.contains("node-a") && r.method == "GET" && !r.watch && r.path == path
-        })
-        .count()
+    sim.state.audit.count_requests(|r| {
+        r.user_agent.contains("node-a") && r.method == "GET" && !r.watch && r.path == path
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

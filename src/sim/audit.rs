@@ -161,6 +161,16 @@ impl Audit {
             .clone()
     }
 
+    /// How many requests so far `matching` holds for.
+    pub fn count_requests(&self, matching: impl Fn(&RequestRecord) -> bool) -> usize {
+        self.requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|r| matching(r))
+            .count()
+    }
+
     /// Requests per user agent.
     pub fn request_counts(&self) -> BTreeMap<String, usize> {
         let mut out = BTreeMap::new();

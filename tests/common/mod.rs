@@ -71,12 +71,21 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Waits (bounded, so a broken build fails instead of hanging) until `check`
 /// holds.
-pub async fn eventually<F, Fut>(what: &str, mut check: F)
+pub async fn eventually<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
+    eventually_within(what, PATIENCE, check).await;
+}
+
+/// [`eventually`], with a patience of its own (for what is slow by design).
+pub async fn eventually_within<F, Fut>(what: &str, patience: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + patience;
     while tokio::time::Instant::now() < deadline {
         if check().await {
             return;
