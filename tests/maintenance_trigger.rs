@@ -12,6 +12,7 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use maintd::api::NODEMAINTENANCES_PATH;
 use maintd::trigger::maintenance::MaintenanceTrigger;
 
 fn node_a() -> Value {
@@ -74,9 +75,20 @@ async fn create(nms: &Api<DynamicObject>, name: &str, spec: Value) {
     nms.create(&PostParams::default(), &obj).await.unwrap();
 }
 
+/// Sets the stage of NodeMaintenance `name`.
+async fn set_stage(nms: &Api<DynamicObject>, name: &str, stage: &str) {
+    nms.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"stage": stage}})),
+    )
+    .await
+    .unwrap();
+}
+
 /// Waits until at least `n` reads of paths starting with `prefix` were
 /// answered with an error.
-async fn failed_reads(sim: &maintd::sim::SimCluster, prefix: &'static str, n: usize) {
+async fn failed_reads(sim: &maintd::sim::SimCluster, prefix: &str, n: usize) {
     common::eventually(&format!("{n} failed reads of {prefix}"), || {
         let failed = reads_failed(sim, prefix);
         async move { failed >= n }
@@ -87,10 +99,7 @@ async fn failed_reads(sim: &maintd::sim::SimCluster, prefix: &'static str, n: us
 fn reads_failed(sim: &maintd::sim::SimCluster, prefix: &str) -> usize {
     sim.state
         .audit
-        .requests()
-        .iter()
-        .filter(|r| r.method == "GET" && r.path.starts_with(prefix) && r.code >= 500)
-        .count()
+        .count_requests(|r| r.method == "GET" && r.path.starts_with(prefix) && r.code >= 500)
 }
 
 /// maintd's NodeMaintenance trigger, running until the token is cancelled.
@@ -103,6 +112,15 @@ fn started(client: kube::Client) -> (MaintenanceTrigger, CancellationToken) {
             .run(client, Default::default(), stop.clone()),
     );
     (trigger, stop)
+}
+
+/// Waits until the stage the trigger asks of node-a is `want`.
+async fn stage_becomes(trigger: &MaintenanceTrigger, what: &str, want: Option<&str>) {
+    common::eventually(what, || {
+        let now = stage(trigger);
+        async move { now.as_deref() == want }
+    })
+    .await;
 }
 
 /// Waits (10 s at most) until the trigger may be acted on.
@@ -140,42 +158,19 @@ async fn follows_objects_as_they_are_created_changed_and_deleted() {
     assert_eq!(ev.invalid.len(), 1);
     assert!(ev.invalid[0].problems[0].contains("\"Evacuate\" is not a stage"));
 
-    let t = trigger.clone();
-    let stage_is = move |want: Option<&'static str>| {
-        let t = t.clone();
-        async move {
-            t.evaluate(&node_a())
-                .effective
-                .map(|e| e.stage.as_str().to_string())
-                .as_deref()
-                == want
-        }
-    };
-    nms.patch(
-        "gpu",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"stage": "Drain"}})),
-    )
-    .await
-    .unwrap();
-    common::eventually("the change to Drain is seen", || stage_is(Some("Drain"))).await;
-    nms.patch(
-        "gpu",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"stage": "Complete"}})),
-    )
-    .await
-    .unwrap();
-    common::eventually("Complete asks nothing", || stage_is(None)).await;
+    set_stage(&nms, "gpu", "Drain").await;
+    stage_becomes(&trigger, "the change to Drain is seen", Some("Drain")).await;
+    set_stage(&nms, "gpu", "Complete").await;
+    stage_becomes(&trigger, "Complete asks nothing", None).await;
     create(
         &nms,
         "kernel",
         json!({"nodeName": "node-a", "stage": "Drain"}),
     )
     .await;
-    common::eventually("a new object is seen", || stage_is(Some("Drain"))).await;
+    stage_becomes(&trigger, "a new object is seen", Some("Drain")).await;
     nms.delete("kernel", &Default::default()).await.unwrap();
-    common::eventually("a deleted object asks nothing", || stage_is(None)).await;
+    stage_becomes(&trigger, "a deleted object asks nothing", None).await;
     stop.cancel();
 }
 
@@ -214,16 +209,10 @@ async fn a_changed_object_that_cannot_be_read_is_read_again() {
     ready(&trigger, "the first list arrives").await;
     assert_eq!(stage(&trigger).as_deref(), Some("Cordon"));
 
-    const GPU: &str = "/apis/maintd.io/v1alpha1/nodemaintenances/gpu";
-    sim.state.faults.fail_reads(GPU, 500);
-    nms.patch(
-        "gpu",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"stage": "Drain"}})),
-    )
-    .await
-    .unwrap();
-    failed_reads(&sim, GPU, 2).await;
+    let gpu = format!("{NODEMAINTENANCES_PATH}/gpu");
+    sim.state.faults.fail_reads(&gpu, 500);
+    set_stage(&nms, "gpu", "Drain").await;
+    failed_reads(&sim, &gpu, 2).await;
     assert_eq!(
         stage(&trigger).as_deref(),
         Some("Cordon"),
@@ -245,18 +234,18 @@ async fn a_changed_object_that_cannot_be_read_is_read_again() {
         .await;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let reads = reads_failed(&sim, GPU);
+    let reads = reads_failed(&sim, &gpu);
     assert!(
         (2..=6).contains(&reads),
         "{reads} reads in about 3 s; the pause doubles from 1 s"
     );
     assert_eq!(trigger.index.all().len(), 11, "the others were read");
     sim.state.faults.clear();
-    let t = trigger.clone();
-    common::eventually("the change is read once the API answers", || {
-        let now = stage(&t);
-        async move { now.as_deref() == Some("Drain") }
-    })
+    stage_becomes(
+        &trigger,
+        "the change is read once the API answers",
+        Some("Drain"),
+    )
     .await;
     stop.cancel();
 }
@@ -272,7 +261,7 @@ async fn an_object_gone_before_it_is_read_does_not_hold_the_others_back() {
     .await;
     sim.state
         .faults
-        .fail_reads("/apis/maintd.io/v1alpha1/nodemaintenances/gone", 404);
+        .fail_reads(&format!("{NODEMAINTENANCES_PATH}/gone"), 404);
     let (trigger, stop) = started(client);
     ready(&trigger, "ready without the object that went").await;
     assert_eq!(stage(&trigger).as_deref(), Some("Drain"));
