@@ -21,8 +21,8 @@ use maintd::agent::Agent;
 use maintd::config::Config;
 use maintd::drain::plan::{self, PlanOptions, PodInfo, PodType};
 use maintd::drain::progress::EventKind;
-use maintd::sim::resources::Gr;
-use maintd::sim::{SimCluster, SimConfig, meta, scenario};
+use maintd_sim::resources::Gr;
+use maintd_sim::{SimCluster, SimConfig, meta, scenario};
 use serde_json::{Value, json};
 
 async fn cluster(lag: Duration) -> SimCluster {
@@ -69,9 +69,7 @@ fn ideal(sim: &SimCluster, lag: f64) -> (f64, f64, Vec<(String, f64)>) {
             let pdb = store
                 .list(&Gr::pdbs(), Some(meta::namespace(pod)))
                 .into_iter()
-                .find(|b| {
-                    maintd::sim::select::selector_object_matches(&b["spec"]["selector"], pod)
-                });
+                .find(|b| maintd_sim::select::selector_object_matches(&b["spec"]["selector"], pod));
             let key = pdb
                 .map(|b| format!("{}/{}", meta::namespace(&b), meta::name(&b)))
                 .unwrap_or_else(|| format!("solo/{}", p.uid));

@@ -8,9 +8,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use maintd::sim::resources::Gr;
-use maintd::sim::verbs::{self, Part, PatchType, Writer};
-use maintd::sim::{SimCluster, SimConfig, scenario};
+use maintd_sim::resources::Gr;
+use maintd_sim::verbs::{self, Part, PatchType, Writer};
+use maintd_sim::{SimCluster, SimConfig, scenario};
 use serde_json::json;
 
 fn proc_stat(pid: u32) -> (f64, u64) {

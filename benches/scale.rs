@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 
 use maintd::agent::Agent;
 use maintd::config::Config;
-use maintd::sim::resources::Gr;
-use maintd::sim::verbs::{self, Writer};
-use maintd::sim::{SimCluster, SimConfig};
+use maintd_sim::resources::Gr;
+use maintd_sim::verbs::{self, Writer};
+use maintd_sim::{SimCluster, SimConfig};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -264,7 +264,7 @@ fn run(
         let node = format!("node-{i:05}");
         let agent = Agent::new(
             Config::for_node(&node, std::env::temp_dir().join("maintd-scale-none")),
-            sim.agent_client(&node),
+            maintd::demo::agent_client(&sim, &node),
         );
         handles.push((node, agent.clone()));
         agents.spawn(agent.run(stop.clone()));

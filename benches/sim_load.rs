@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
-use maintd::sim::resources::Gr;
-use maintd::sim::verbs::{self, Writer};
-use maintd::sim::{SimCluster, SimConfig};
+use maintd_sim::resources::Gr;
+use maintd_sim::verbs::{self, Writer};
+use maintd_sim::{SimCluster, SimConfig};
 use serde_json::json;
 
 const NODES: usize = 100;

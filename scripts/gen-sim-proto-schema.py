@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes src/sim/protobuf/schema.txt: the protobuf layout of the built-in
+"""Writes crates/maintd-sim/src/protobuf/schema.txt: the protobuf layout of the built-in
 kinds the simulator reads from `application/vnd.kubernetes.protobuf` bodies.
 
 Why a generated table: the field numbers live in the upstream .proto files,
@@ -19,7 +19,7 @@ registry instead:
 Usage (both crates must be in the registry: `cargo info k8s-pb@0.9.0`
 fetches it; k8s-openapi is a dependency):
 
-    scripts/gen-sim-proto-schema.py > src/sim/protobuf/schema.txt
+    scripts/gen-sim-proto-schema.py > crates/maintd-sim/src/protobuf/schema.txt
 """
 
 import glob
@@ -33,7 +33,7 @@ K8S_OPENAPI = "0.29.0"
 # PodSpec.workloadRef); k8s-openapi's matching module gives the JSON names.
 OPENAPI_MODULE = "v1_35"
 
-# The API groups the simulator serves as built-ins (src/sim/resources.rs),
+# The API groups the simulator serves as built-ins (crates/maintd-sim/src/resources.rs),
 # and the bodies of its subresources and deletes: Eviction, Scale and
 # DeleteOptions. Only their kinds and the messages reachable from them are
 # written.

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::Agent;
 use crate::config::Config;
 use crate::drain::progress::EventKind;
-use crate::sim::{SimCluster, SimConfig, scenario};
+use maintd_sim::{SimCluster, SimConfig, scenario};
 
 mod narrate;
 use narrate::Narrator;
@@ -22,6 +22,13 @@ use narrate::Narrator;
 /// The scenario the demo runs: 3 nodes, 110 pods on node-a.
 pub const REALISTIC: &str = include_str!("../tests/scenarios/realistic.yaml");
 const NODE: &str = "node-a";
+
+/// A client of `sim` as `node`'s agent has it (see
+/// [`crate::cluster::agent_config`]): no retry of 429s, and the agent's
+/// User-Agent, so the audit log tells its calls from a test's.
+pub fn agent_client(sim: &SimCluster, node: &str) -> kube::Client {
+    SimCluster::build(crate::cluster::agent_config(sim.client_config(), node))
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
@@ -85,11 +92,11 @@ pub async fn run_shutdown(
     log: Option<&Path>,
 ) -> Result<(), DemoError> {
     let budget = Duration::from_secs(60);
-    let bus = crate::sim::dbus::PrivateBus::start()
+    let bus = maintd_sim::dbus::PrivateBus::start()
         .map_err(|e| DemoError::Sim(format!("starting a private D-Bus (the shutdown demo needs dbus-daemon: apt-get install dbus): {e}")))?;
-    let logind = crate::sim::logind::SimLogind::start(
+    let logind = maintd_sim::logind::SimLogind::start(
         &bus.address,
-        crate::sim::logind::SimLogindConfig {
+        maintd_sim::logind::SimLogindConfig {
             inhibit_delay_max: budget,
         },
     )
@@ -101,7 +108,7 @@ pub async fn run_shutdown(
         margin: Duration::from_secs(5),
         bus: Some(bus.address.clone()),
     });
-    let client = sim.agent_client(&config.node);
+    let client = agent_client(&sim, &config.node);
     let agent = Agent::new(config, client);
     let progress = agent.progress().clone();
     let mut events = progress.subscribe();
@@ -168,7 +175,7 @@ pub async fn run_shutdown(
 /// the agent's log goes, named in the narrative.
 pub async fn run(style: Style, limit: Duration, log: Option<&Path>) -> Result<(), DemoError> {
     let (sim, config, kubeconfig) = start_cluster(style, log).await?;
-    let client = sim.agent_client(&config.node);
+    let client = agent_client(&sim, &config.node);
     let agent = Agent::new(config, client);
     let progress = agent.progress().clone();
     let mut events = progress.subscribe();

@@ -6,6 +6,7 @@ pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod coordination;
+#[cfg(feature = "sim")]
 pub mod demo;
 pub mod drain;
 pub mod fleetlock;
@@ -18,5 +19,4 @@ pub mod plan_cmd;
 pub mod policy;
 pub mod preflight;
 pub mod report;
-pub mod sim;
 pub mod trigger;

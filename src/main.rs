@@ -1,5 +1,6 @@
 //! The `maintd` command: parses the command line and runs the chosen part.
 
+#[cfg(feature = "sim")]
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -8,7 +9,8 @@ use clap::{Parser, Subcommand};
 
 use maintd::agent::Agent;
 use maintd::config::AgentArgs;
-use maintd::sim::{SimCluster, SimConfig};
+#[cfg(feature = "sim")]
+use maintd_sim::{SimCluster, SimConfig};
 use tokio_util::sync::CancellationToken;
 
 /// `maintd --version`: the release and the git revision it was built from
@@ -57,6 +59,7 @@ enum Command {
     },
     /// Run the agent against an embedded simulated cluster: drain the busy
     /// node of the realistic scenario, then undo. Nothing to install.
+    #[cfg(feature = "sim")]
     Demo {
         /// One JSON object per event, for scripts.
         #[arg(long)]
@@ -127,6 +130,7 @@ enum Command {
     },
     /// Run a simulated Kubernetes cluster, seeded from a scenario, for kubectl
     /// and maintd to talk to.
+    #[cfg(feature = "sim")]
     Sim {
         /// The scenario YAML (see tests/scenarios/).
         #[arg(long)]
@@ -231,6 +235,7 @@ fn init_logging(filter: &str, json: bool) {
 /// The demo's logging: the agent's log (at `filter`) goes to a file, so that
 /// stdout is the story alone; warnings and errors also go to stderr. Returns
 /// the file, or None (then stderr at warn only) when it cannot be created.
+#[cfg(feature = "sim")]
 fn init_demo_logging(filter: &str) -> Option<PathBuf> {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
@@ -273,7 +278,9 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let demo_log = match cli.command {
+    #[cfg_attr(not(feature = "sim"), allow(unused_variables))]
+    let demo_log: Option<PathBuf> = match cli.command {
+        #[cfg(feature = "sim")]
         Command::Demo { .. } => init_demo_logging(&cli.log),
         _ => {
             init_logging(&cli.log, cli.log_json);
@@ -303,6 +310,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let _ = task.await;
             Ok(())
         }
+        #[cfg(feature = "sim")]
         Command::Demo {
             json,
             shutdown,
@@ -424,6 +432,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", maintd::api::crd_yaml()?);
             Ok(())
         }
+        #[cfg(feature = "sim")]
         Command::Sim {
             scenario,
             listen,
@@ -438,7 +447,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let sim = match scenario {
                 Some(path) => {
-                    let scenario = maintd::sim::scenario::load(&path)?;
+                    let scenario = maintd_sim::scenario::load(&path)?;
                     SimCluster::start_with_scenario_on(listen, config, &scenario).await?
                 }
                 None => SimCluster::start_on(listen, config).await?,

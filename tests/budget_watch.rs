@@ -11,7 +11,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use maintd::config::Config;
 use maintd::drain::progress::EventKind;
-use maintd::sim::SimCluster;
+use maintd_sim::SimCluster;
 use serde_json::json;
 
 const PDB: &str = "poddisruptionbudgets";
@@ -20,7 +20,10 @@ const PDB: &str = "poddisruptionbudgets";
 /// its User-Agent.
 fn start(sim: &SimCluster) -> RunningAgent {
     let dir = sim.static_pod_dir("node-a").unwrap();
-    RunningAgent::start_with(Config::for_node("node-a", dir), sim.agent_client("node-a"))
+    RunningAgent::start_with(
+        Config::for_node("node-a", dir),
+        maintd::demo::agent_client(sim, "node-a"),
+    )
 }
 
 /// Paths of the budget watches node-a's agent asked for so far.

@@ -21,7 +21,7 @@ use maintd::index::WatchGuard;
 const NS: &str = "kube-system";
 const LONG: Duration = Duration::from_secs(60);
 
-fn slots(sim: &maintd::sim::SimCluster, group: &str, max: u32, d: Duration) -> RebootSlots {
+fn slots(sim: &maintd_sim::SimCluster, group: &str, max: u32, d: Duration) -> RebootSlots {
     RebootSlots::new(sim.client(), NS, group, max, d)
 }
 

@@ -482,7 +482,7 @@ async fn every_request_an_agent_makes_is_granted() {
     config.medik8s = true;
     let local = endpoint::free_port();
     config.listen_local = Some(local);
-    let agent = maintd::agent::Agent::new(config, sim.agent_client("node-a"));
+    let agent = maintd::agent::Agent::new(config, maintd::demo::agent_client(&sim, "node-a"));
     let progress = agent.progress().clone();
     let stop = tokio_util::sync::CancellationToken::new();
     tokio::spawn(agent.run(stop.clone()));

@@ -9,7 +9,7 @@ use common::kubectl::Kubectl;
 
 use serde_json::{Value, json};
 
-use maintd::sim::SimCluster;
+use maintd_sim::SimCluster;
 
 /// What one agent applies: its own NodeDrain, under its own field manager
 /// (the object, then its status).

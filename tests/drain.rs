@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, WatchEvent, WatchParams};
 use maintd::drain::plan::{self, PlanOptions, PodInfo, PodType};
 use maintd::drain::progress::{EventKind, Phase, PodState, StageState};
-use maintd::sim::{SimCluster, SimConfig};
+use maintd_sim::{SimCluster, SimConfig};
 use serde_json::json;
 
 /// The plan the agent will run, from the pods on the node now.

@@ -14,7 +14,7 @@ use common::*;
 use maintd::config::Config;
 use maintd::drain::executor::TimeoutPolicy;
 use maintd::drain::progress::{EventKind, Phase, PodState, StageState};
-use maintd::sim::SimCluster;
+use maintd_sim::SimCluster;
 use serde_json::{Value, json};
 
 /// Reboot slots of local drains live in the `maintd` namespace.
@@ -577,7 +577,7 @@ async fn a_pod_shutting_down_is_not_a_blocker_beside_one_that_is() {
     unmovable_budget(&sim, "held").await;
     post_pod(&sim, &bare_pod("held", 0, json!({"app": "held"}))).await;
     let mut slow = bare_pod("slow", 0, json!({}));
-    slow["metadata"]["annotations"] = json!({maintd::sim::kubelet::SHUTDOWN_ANNOTATION: "4"});
+    slow["metadata"]["annotations"] = json!({maintd_sim::kubelet::SHUTDOWN_ANNOTATION: "4"});
     post_pod(&sim, &slow).await;
     sim.wait_settled(Duration::from_secs(30)).await.unwrap();
     let config = Config::for_node("node-a", "/nonexistent/manifests".into());

@@ -10,9 +10,9 @@ use common::*;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use maintd::drain::progress::EventKind;
-use maintd::sim::SimCluster;
-use maintd::sim::SimConfig;
-use maintd::sim::scenario::Scenario;
+use maintd_sim::SimCluster;
+use maintd_sim::SimConfig;
+use maintd_sim::scenario::Scenario;
 
 /// Two nodes; a StatefulSet of two pods, both first placed on node-a, under
 /// a budget that lets one go at a time.

@@ -12,12 +12,12 @@ use maintd::report::events::EventRecorder;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-async fn events(sim: &maintd::sim::SimCluster) -> Vec<Value> {
+async fn events(sim: &maintd_sim::SimCluster) -> Vec<Value> {
     let (_, list) = raw(sim, "GET", "/apis/events.k8s.io/v1/events", "", vec![]).await;
     list["items"].as_array().cloned().unwrap_or_default()
 }
 
-fn writes_to_events(sim: &maintd::sim::SimCluster) -> usize {
+fn writes_to_events(sim: &maintd_sim::SimCluster) -> usize {
     sim.state.audit.count_requests(|r| {
         r.path.contains("/events") && (r.method == "POST" || r.method == "PATCH")
     })

@@ -20,9 +20,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use maintd::agent::Agent;
 use maintd::config::{ApiSettings, Config, ShutdownSettings};
 use maintd::drain::progress::{DrainEvent, EventKind, Progress};
-use maintd::sim::SimCluster;
-use maintd::sim::dbus::PrivateBus;
-use maintd::sim::logind::{ShutdownRecord, SimLogind, SimLogindConfig};
+use maintd_sim::SimCluster;
+use maintd_sim::dbus::PrivateBus;
+use maintd_sim::logind::{ShutdownRecord, SimLogind, SimLogindConfig};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -52,8 +52,8 @@ struct Setup {
 /// one a minute; the idle guard is scaled down with it).
 async fn fault_sim() -> SimCluster {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/faults.yaml");
-    let scenario = maintd::sim::scenario::load(&path).unwrap();
-    let config = maintd::sim::SimConfig {
+    let scenario = maintd_sim::scenario::load(&path).unwrap();
+    let config = maintd_sim::SimConfig {
         bookmark_interval: Duration::from_millis(500),
         ..Default::default()
     };
@@ -104,7 +104,7 @@ async fn setup_with(
         });
     }
     before(&sim);
-    let agent = Agent::new(config, sim.agent_client("node-a"));
+    let agent = Agent::new(config, maintd::demo::agent_client(&sim, "node-a"));
     let progress = agent.progress().clone();
     let events = common::agent::collect_events(agent.progress());
     let stop = CancellationToken::new();
@@ -486,7 +486,7 @@ async fn dbusmock_reboot_with_the_api_away(from_start: bool) {
         sim.state.faults.black_hole(true);
     }
     let stop = CancellationToken::new();
-    tokio::spawn(Agent::new(config, sim.agent_client("node-a")).run(stop.clone()));
+    tokio::spawn(Agent::new(config, maintd::demo::agent_client(&sim, "node-a")).run(stop.clone()));
     let logind = client(&bus).await;
     let maintd_locks = || async {
         client(&bus)

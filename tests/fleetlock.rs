@@ -86,7 +86,7 @@ fn zincati_body(id: &str) -> Vec<u8> {
 }
 
 fn fleetlock<'a>(
-    sim: &maintd::sim::SimCluster,
+    sim: &maintd_sim::SimCluster,
     node: &str,
     drain: &'a FakeDrain,
 ) -> FleetLock<&'a FakeDrain> {
@@ -94,7 +94,7 @@ fn fleetlock<'a>(
 }
 
 fn fleetlock_with<'a>(
-    sim: &maintd::sim::SimCluster,
+    sim: &maintd_sim::SimCluster,
     node: &str,
     drain: &'a FakeDrain,
     lease: Duration,

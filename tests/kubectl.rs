@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use maintd::drain::progress::EventKind;
-use maintd::sim::{SimCluster, SimConfig, scenario};
+use maintd_sim::{SimCluster, SimConfig, scenario};
 
 async fn realistic() -> SimCluster {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios/realistic.yaml");

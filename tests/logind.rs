@@ -11,8 +11,8 @@ mod support;
 use std::time::Duration;
 
 use maintd::inhibitor::{InhibitorHandle, ShutdownEvent, ShutdownInhibitor};
-use maintd::sim::dbus::PrivateBus;
-use maintd::sim::logind::{RestartMode, SimLogind, SimLogindConfig};
+use maintd_sim::dbus::PrivateBus;
+use maintd_sim::logind::{RestartMode, SimLogind, SimLogindConfig};
 use support::*;
 use tokio::io::AsyncBufReadExt;
 

@@ -74,7 +74,7 @@ async fn node_drain(client: &kube::Client, node: &str) -> serde_json::Value {
     }
 }
 
-fn agent_for(sim: &maintd::sim::SimCluster, node: &str) -> Agent {
+fn agent_for(sim: &maintd_sim::SimCluster, node: &str) -> Agent {
     Agent::new(
         Config::for_node(node, sim.static_pod_dir(node).unwrap()),
         sim.client_with(false),
@@ -504,8 +504,8 @@ objects:
 /// in a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_maintenance_limited_to_one_drain_at_a_time_drains_its_nodes_one_after_another() {
-    let scenario = maintd::sim::scenario::Scenario::from_yaml(THREE_NODES).unwrap();
-    let sim = maintd::sim::SimCluster::start_with_scenario(Default::default(), &scenario)
+    let scenario = maintd_sim::scenario::Scenario::from_yaml(THREE_NODES).unwrap();
+    let sim = maintd_sim::SimCluster::start_with_scenario(Default::default(), &scenario)
         .await
         .unwrap();
     let client = sim.client();
@@ -535,7 +535,7 @@ async fn a_maintenance_limited_to_one_drain_at_a_time_drains_its_nodes_one_after
     for node in ["node-a", "node-b", "node-c"] {
         let agent = Agent::new(
             Config::for_node(node, "/nonexistent/manifests".into()),
-            sim.agent_client(node),
+            maintd::demo::agent_client(&sim, node),
         );
         tokio::spawn(agent.run(stop.clone()));
     }

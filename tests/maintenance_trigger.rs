@@ -56,7 +56,7 @@ async fn with_the_crd(client: &kube::Client) -> Api<DynamicObject> {
 /// A cluster with the CRD installed and these objects (name, spec).
 async fn cluster_with(
     objects: &[(&str, Value)],
-) -> (maintd::sim::SimCluster, kube::Client, Api<DynamicObject>) {
+) -> (maintd_sim::SimCluster, kube::Client, Api<DynamicObject>) {
     let sim = common::sim().await;
     let client = sim.client();
     let nms = with_the_crd(&client).await;
@@ -88,7 +88,7 @@ async fn set_stage(nms: &Api<DynamicObject>, name: &str, stage: &str) {
 
 /// Waits until at least `n` reads of paths starting with `prefix` were
 /// answered with an error.
-async fn failed_reads(sim: &maintd::sim::SimCluster, prefix: &str, n: usize) {
+async fn failed_reads(sim: &maintd_sim::SimCluster, prefix: &str, n: usize) {
     common::eventually(&format!("{n} failed reads of {prefix}"), || {
         let failed = reads_failed(sim, prefix);
         async move { failed >= n }
@@ -96,7 +96,7 @@ async fn failed_reads(sim: &maintd::sim::SimCluster, prefix: &str, n: usize) {
     .await;
 }
 
-fn reads_failed(sim: &maintd::sim::SimCluster, prefix: &str) -> usize {
+fn reads_failed(sim: &maintd_sim::SimCluster, prefix: &str) -> usize {
     sim.state
         .audit
         .count_requests(|r| r.method == "GET" && r.path.starts_with(prefix) && r.code >= 500)

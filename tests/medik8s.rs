@@ -11,7 +11,7 @@ use common::*;
 use maintd::agent::Agent;
 use maintd::config::Config;
 use maintd::drain::progress::{Phase, Progress};
-use maintd::sim::SimCluster;
+use maintd_sim::SimCluster;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -199,7 +199,7 @@ async fn a_medik8s_object_drains_its_node_and_reads_like_medik8s() {
 /// it arrived would undo the drain it should resume.
 async fn fleet_with_medik8s(others: usize) -> SimCluster {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios");
-    let mut scenario = maintd::sim::scenario::load(&dir.join("small.yaml")).unwrap();
+    let mut scenario = maintd_sim::scenario::load(&dir.join("small.yaml")).unwrap();
     scenario
         .objects
         .push(serde_saphyr::from_str(&std::fs::read_to_string(CRD).unwrap()).unwrap());

@@ -13,10 +13,10 @@ use kube::api::{Api, DeleteParams, PostParams};
 use maintd::agent::Agent;
 use maintd::config::Config;
 use maintd::report::writer::StatusWriter;
-use maintd::sim::SimCluster;
-use maintd::sim::resources::Gr;
-use maintd::sim::verbs::{self, Writer};
 use maintd::trigger::maintenance::MaintenanceTrigger;
+use maintd_sim::SimCluster;
+use maintd_sim::resources::Gr;
+use maintd_sim::verbs::{self, Writer};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -88,7 +88,7 @@ async fn small_with_agent() -> (SimCluster, CancellationToken) {
     install(&sim.client()).await;
     let agent = Agent::new(
         Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap()),
-        sim.agent_client("node-a"),
+        maintd::demo::agent_client(&sim, "node-a"),
     );
     let stop = CancellationToken::new();
     tokio::spawn(agent.run(stop.clone()));
@@ -109,7 +109,7 @@ async fn a_maintenance_over_3000_nodes_gets_right_aggregates_of_a_bounded_size()
     // One agent's status writer: it takes the Lease and aggregates.
     let maintenance = MaintenanceTrigger::new();
     let stop = CancellationToken::new();
-    let agent_client = sim.agent_client("node-00000");
+    let agent_client = maintd::demo::agent_client(&sim, "node-00000");
     tokio::spawn(
         maintenance
             .clone()

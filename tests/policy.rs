@@ -32,7 +32,7 @@ fn window_opening_in(after: Duration) -> Window {
     .unwrap()
 }
 
-fn evictions(sim: &maintd::sim::SimCluster) -> usize {
+fn evictions(sim: &maintd_sim::SimCluster) -> usize {
     sim.state
         .audit
         .entries()

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use common::*;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
-use maintd::sim::SimCluster;
+use maintd_sim::SimCluster;
 
 fn spawn_agent(kubeconfig: &Path, static_dir: &Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_maintd"))

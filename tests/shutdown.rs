@@ -21,9 +21,9 @@ use maintd::config::{Config, ShutdownSettings};
 use maintd::drain::budget;
 use maintd::drain::progress::{DrainEvent, EventKind};
 use maintd::logind::{BusAddress, Logind};
-use maintd::sim::SimCluster;
-use maintd::sim::dbus::PrivateBus;
-use maintd::sim::logind::{SimLogind, SimLogindConfig};
+use maintd_sim::SimCluster;
+use maintd_sim::dbus::PrivateBus;
+use maintd_sim::logind::{SimLogind, SimLogindConfig};
 use serde_json::json;
 use support::DbusMock;
 use tokio_util::sync::CancellationToken;
@@ -112,7 +112,7 @@ async fn add_pod(s: &Setup, pod: serde_json::Value) {
 
 /// Asks logind to reboot and returns its record of the shutdown, which
 /// must go ahead before logind's own limit.
-async fn reboot_in_time(s: &Setup) -> maintd::sim::logind::ShutdownRecord {
+async fn reboot_in_time(s: &Setup) -> maintd_sim::logind::ShutdownRecord {
     s.logind.reboot().await;
     let record = tokio::time::timeout(Duration::from_secs(30), s.logind.wait_for_shutdowns(1))
         .await

@@ -15,7 +15,7 @@ use kube::api::{
     Preconditions, WatchEvent, WatchParams,
 };
 use kube::core::{ApiResource, GroupVersionKind};
-use maintd::sim::SimConfig;
+use maintd_sim::SimConfig;
 use serde_json::{Value, json};
 
 async fn next_event<K>(
@@ -403,7 +403,7 @@ fn test_crd() -> Value {
     })
 }
 
-async fn widgets(sim: &maintd::sim::SimCluster) -> Api<DynamicObject> {
+async fn widgets(sim: &maintd_sim::SimCluster) -> Api<DynamicObject> {
     let crds: Api<DynamicObject> = Api::all_with(
         sim.client(),
         &ApiResource::from_gvk_with_plural(

@@ -15,8 +15,8 @@ use kube::api::{
 };
 use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::{WatchStreamExt, watcher};
-use maintd::sim::scenario::Scenario;
-use maintd::sim::{SimCluster, SimConfig};
+use maintd_sim::scenario::Scenario;
+use maintd_sim::{SimCluster, SimConfig};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -38,7 +38,7 @@ async fn start(scenario: &Scenario) -> SimCluster {
 }
 
 fn shipped(name: &str) -> Scenario {
-    maintd::sim::scenario::load(
+    maintd_sim::scenario::load(
         &Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/scenarios")
             .join(name),

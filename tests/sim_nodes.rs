@@ -10,9 +10,9 @@ use common::*;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, WatchEvent, WatchParams};
-use maintd::sim::controllers::NodeHealth;
-use maintd::sim::scenario::Scenario;
-use maintd::sim::{SimCluster, SimConfig};
+use maintd_sim::controllers::NodeHealth;
+use maintd_sim::scenario::Scenario;
+use maintd_sim::{SimCluster, SimConfig};
 use serde_json::json;
 
 /// The node's taints as "key:effect", in order.

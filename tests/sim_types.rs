@@ -14,7 +14,7 @@ fn pod(name: &str, spec_extra: Value) -> Value {
 }
 
 async fn send(
-    sim: &maintd::sim::SimCluster,
+    sim: &maintd_sim::SimCluster,
     method: &str,
     path: &str,
     ct: &str,

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use maintd::agent::Agent;
 use maintd::config::Config;
 use maintd::drain::progress::{DrainEvent, EventKind, Progress};
-use maintd::sim::SimCluster;
 use maintd::trigger::local::LocalRequests;
+use maintd_sim::SimCluster;
 use tokio_util::sync::CancellationToken;
 
 pub struct RunningAgent {

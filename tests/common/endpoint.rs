@@ -8,7 +8,7 @@ use std::time::Duration;
 use maintd::agent::Agent;
 use maintd::config::Config;
 use maintd::drain::progress::Progress;
-use maintd::sim::SimCluster;
+use maintd_sim::SimCluster;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;

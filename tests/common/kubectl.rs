@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use maintd::sim::SimCluster;
+use maintd_sim::SimCluster;
 use serde_json::Value;
 
 pub struct Kubectl {

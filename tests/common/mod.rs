@@ -15,7 +15,7 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};
 
-use maintd::sim::{SimCluster, SimConfig};
+use maintd_sim::{SimCluster, SimConfig};
 
 pub async fn sim() -> SimCluster {
     sim_with(SimConfig::default()).await
@@ -132,7 +132,7 @@ pub async fn scenario_with(name: &str, config: SimConfig) -> SimCluster {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/scenarios")
         .join(name);
-    let scenario = maintd::sim::scenario::load(&path).expect("the scenario loads");
+    let scenario = maintd_sim::scenario::load(&path).expect("the scenario loads");
     let sim = SimCluster::start_with_scenario(config, &scenario)
         .await
         .expect("the cluster starts");

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use maintd::inhibitor::{ShutdownEvent, ShutdownInhibitor};
 use maintd::logind::LogindError;
-use maintd::sim::dbus::PrivateBus;
+use maintd_sim::dbus::PrivateBus;
 use zbus::zvariant::Value;
 
 use crate::support::*;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use maintd::inhibitor::{InhibitorConfig, ShutdownEvent};
 use maintd::logind::{BusAddress, Inhibitor, Logind};
-use maintd::sim::dbus::PrivateBus;
+use maintd_sim::dbus::PrivateBus;
 use tokio::sync::mpsc;
 use zbus::zvariant::Value;
 

@@ -1,5 +1,5 @@
 //! The soak's invariants besides the simulator's own (no eviction takes a
-//! budget below its minimum, see `maintd::sim::invariants`):
+//! budget below its minimum, see `maintd_sim::invariants`):
 //!
 //! - no static pod manifest is ever lost: each is in the kubelet's
 //!   directory or the stash, byte-identical (checked all along);
@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use maintd::drain::progress::Phase;
-use maintd::sim::resources::Gr;
+use maintd_sim::resources::Gr;
 use serde_json::Value;
 use tokio::time::Instant;
 

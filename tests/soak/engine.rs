@@ -2,7 +2,7 @@
 //! bench --bench soak` (long): seeded rounds, each a fresh simulated
 //! cluster with an agent per node, randomized workloads and a randomized
 //! list of triggers, cancels, agent kills and API faults; the invariants
-//! (see checks.rs and `maintd::sim::invariants`) checked all along. A round
+//! (see checks.rs and `maintd_sim::invariants`) checked all along. A round
 //! that fails is replayed with actions left out while it still fails, and
 //! reported with its seed and the shortest list found.
 //!

@@ -9,11 +9,11 @@ use std::time::Duration;
 use maintd::agent::Agent;
 use maintd::config::{Config, ShutdownSettings};
 use maintd::drain::executor::TimeoutPolicy;
-use maintd::sim::SimCluster;
-use maintd::sim::dbus::PrivateBus;
-use maintd::sim::logind::{RestartMode, SimLogind, SimLogindConfig};
-use maintd::sim::resources::Gr;
-use maintd::sim::verbs::{self, Part, Writer};
+use maintd_sim::SimCluster;
+use maintd_sim::dbus::PrivateBus;
+use maintd_sim::logind::{RestartMode, SimLogind, SimLogindConfig};
+use maintd_sim::resources::Gr;
+use maintd_sim::verbs::{self, Part, Writer};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -122,7 +122,7 @@ impl Round {
             margin: Duration::from_millis(500),
             bus: Some(h.logind_address()),
         });
-        let agent = Agent::new(config, self.sim.agent_client(&rig.name));
+        let agent = Agent::new(config, maintd::demo::agent_client(&self.sim, &rig.name));
         let stop = CancellationToken::new();
         let task = tokio::spawn(agent.clone().run(stop.clone()));
         self.nodes[i].agent = Some(Running {
@@ -186,7 +186,7 @@ impl Round {
             .store()
             .list(&Gr::new("maintd.io", "nodemaintenances"), None)
             .iter()
-            .map(|m| maintd::sim::meta::name(m).to_string())
+            .map(|m| maintd_sim::meta::name(m).to_string())
             .collect();
         for name in names {
             self.remove(&Gr::new("maintd.io", "nodemaintenances"), &name);

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use maintd::sim::scenario::Scenario;
-use maintd::sim::{SimCluster, SimConfig};
+use maintd_sim::scenario::Scenario;
+use maintd_sim::{SimCluster, SimConfig};
 use rand::Rng;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;

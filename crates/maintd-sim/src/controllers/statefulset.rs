@@ -22,10 +22,10 @@ use serde_json::{Value, json};
 
 use super::INITIAL_NODE_ANNOTATION;
 use super::pods::{create_pod, finished, new_pod, owned_pods, running_and_ready, template_hash};
-use crate::sim::meta;
-use crate::sim::resources::Gr;
-use crate::sim::state::SimState;
-use crate::sim::verbs::{self, DeleteOptions, write_status};
+use crate::meta;
+use crate::resources::Gr;
+use crate::state::SimState;
+use crate::verbs::{self, DeleteOptions, write_status};
 
 const MANAGER: &str = "statefulset-controller";
 

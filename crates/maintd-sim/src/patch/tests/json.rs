@@ -1,6 +1,6 @@
 use serde_json::json;
 
-use crate::sim::patch::{PatchError, json_patch, merge_patch};
+use crate::patch::{PatchError, json_patch, merge_patch};
 
 #[test]
 fn merge_patch_follows_rfc7386_appendix_a() {

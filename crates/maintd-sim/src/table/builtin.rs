@@ -4,8 +4,8 @@
 use serde_json::{Value, json};
 
 use super::human_duration;
-use crate::sim::meta;
-use crate::sim::resources::ResourceDef;
+use crate::meta;
+use crate::resources::ResourceDef;
 
 pub(super) struct Col {
     pub(super) name: &'static str,

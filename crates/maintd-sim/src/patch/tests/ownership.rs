@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::apply::{API, T0, T1, T2, agent, body, created, entry, fields, main_apply, schema};
-use crate::sim::patch::{PatchError, apply, record_update};
+use crate::patch::{PatchError, apply, record_update};
 
 #[test]
 fn update_ownership_follows_what_changed() {

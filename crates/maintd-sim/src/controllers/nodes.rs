@@ -20,10 +20,10 @@
 use serde_json::{Value, json};
 
 use super::writer;
-use crate::sim::meta;
-use crate::sim::resources::Gr;
-use crate::sim::state::SimState;
-use crate::sim::verbs::{self, Part, PatchType, write_status};
+use crate::meta;
+use crate::resources::Gr;
+use crate::state::SimState;
+use crate::verbs::{self, Part, PatchType, write_status};
 
 const MANAGER: &str = "node-controller";
 

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::sim::resources::builtins;
+use crate::resources::builtins;
 
 fn def(kind: &str) -> ResourceDef {
     builtins()

@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::sim::meta;
-use crate::sim::resources::Gr;
-use crate::sim::store::Store;
+use crate::meta;
+use crate::resources::Gr;
+use crate::store::Store;
 
 /// The controller owner reference of `obj`, whole.
 fn controller_ref(obj: &Value) -> Option<&Value> {
@@ -106,8 +106,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::sim::state::{SimConfig, SimState};
-    use crate::sim::verbs::{Writer, create};
+    use crate::state::{SimConfig, SimState};
+    use crate::verbs::{Writer, create};
 
     /// Creates `obj` (status kept) and returns it as stored.
     fn put(sim: &SimState, gr: &Gr, obj: Value) -> Arc<Value> {
@@ -196,7 +196,7 @@ mod tests {
             assert_eq!(expected_scale(&sim.store(), &[p]), Err(want.to_string()));
         }
         let orphan = pod(&sim, "gone-1", Some(("ReplicaSet", &rs)));
-        crate::sim::verbs::remove_now(
+        crate::verbs::remove_now(
             &mut sim.store(),
             &Gr::replicasets(),
             "default",

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::directive_keys;
-use crate::sim::patch::{ListKind, ListSchema, PatchError, strategic_merge_patch};
+use crate::patch::{ListKind, ListSchema, PatchError, strategic_merge_patch};
 
 fn node(spec: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "spec": spec})

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::sim::patch::{ListSchema, PatchError, apply, record_update};
+use crate::patch::{ListSchema, PatchError, apply, record_update};
 
 pub(super) const API: &str = "maintd.io/v1alpha1";
 pub(super) const T0: &str = "2025-01-01T00:00:00Z";

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::sim::eviction::{DISRUPTED_POD_TIMEOUT_SECS, budget_status};
-use crate::sim::meta;
-use crate::sim::resources::{Gr, ResourceDef};
-use crate::sim::select::selector_object_matches;
-use crate::sim::state::SimState;
-use crate::sim::verbs::{self, Part, Writer};
+use crate::eviction::{DISRUPTED_POD_TIMEOUT_SECS, budget_status};
+use crate::meta;
+use crate::resources::{Gr, ResourceDef};
+use crate::select::selector_object_matches;
+use crate::state::SimState;
+use crate::verbs::{self, Part, Writer};
 
 /// How soon to look again at a budget whose status write lost a race.
 const CONFLICT_RETRY: Duration = Duration::from_millis(20);

@@ -5,10 +5,10 @@ use serde_json::{Value, json};
 
 use super::pods::{create_pod, new_pod, owned_pods};
 use super::scheduler::fits;
-use crate::sim::meta;
-use crate::sim::resources::Gr;
-use crate::sim::state::SimState;
-use crate::sim::verbs::write_status;
+use crate::meta;
+use crate::resources::Gr;
+use crate::state::SimState;
+use crate::verbs::write_status;
 
 /// Tolerations the DaemonSet controller adds to every DaemonSet pod.
 fn daemonset_tolerations() -> Vec<Value> {

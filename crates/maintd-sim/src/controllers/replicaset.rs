@@ -8,10 +8,10 @@ use serde_json::json;
 use super::INITIAL_NODE_ANNOTATION;
 use super::pods::{create_pod, new_pod, owned_pods};
 use super::scheduler::schedule;
-use crate::sim::meta;
-use crate::sim::resources::Gr;
-use crate::sim::state::SimState;
-use crate::sim::verbs::{self, DeleteOptions, write_status};
+use crate::meta;
+use crate::resources::Gr;
+use crate::state::SimState;
+use crate::verbs::{self, DeleteOptions, write_status};
 
 pub(super) fn replicaset(sim: &SimState, ns: &str, name: &str, placed: &mut HashSet<String>) {
     let Some(rs) = sim.store().get(&Gr::replicasets(), ns, name) else {

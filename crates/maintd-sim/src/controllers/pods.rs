@@ -6,10 +6,10 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::writer;
-use crate::sim::meta;
-use crate::sim::resources::Gr;
-use crate::sim::state::SimState;
-use crate::sim::verbs;
+use crate::meta;
+use crate::resources::Gr;
+use crate::state::SimState;
+use crate::verbs;
 
 pub(super) fn owned_pods(sim: &SimState, ns: &str, owner_uid: &str) -> Vec<Arc<Value>> {
     sim.store()

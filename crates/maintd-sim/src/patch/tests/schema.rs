@@ -1,6 +1,6 @@
 use serde_json::json;
 
-use crate::sim::patch::{ListKind, ListSchema};
+use crate::patch::{ListKind, ListSchema};
 
 fn map(keys: &[&str]) -> ListKind {
     ListKind::Map(keys.iter().map(|k| k.to_string()).collect())

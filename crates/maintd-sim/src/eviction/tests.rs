@@ -6,8 +6,8 @@ use std::sync::{Arc, Barrier};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::sim::state::SimConfig;
-use crate::sim::verbs::{Writer, create, remove_now, write_status};
+use crate::state::SimConfig;
+use crate::verbs::{Writer, create, remove_now, write_status};
 
 fn writer() -> Writer {
     Writer {
@@ -16,7 +16,7 @@ fn writer() -> Writer {
     }
 }
 
-fn def(sim: &SimState, gr: &Gr) -> Arc<crate::sim::resources::ResourceDef> {
+fn def(sim: &SimState, gr: &Gr) -> Arc<crate::resources::ResourceDef> {
     sim.store().resource(gr).expect("served")
 }
 

@@ -238,21 +238,17 @@ impl SimCluster {
         Self::build(config)
     }
 
-    /// A client as `node`'s agent has it (see
-    /// [`crate::cluster::agent_config`]): no retry of 429s, and the agent's
-    /// User-Agent, so the audit log tells its calls from a test's.
-    pub fn agent_client(&self, node: &str) -> kube::Client {
-        Self::build(crate::cluster::agent_config(self.client_config(), node))
-    }
-
-    fn client_config(&self) -> kube::Config {
+    /// The configuration of a client of this cluster, for clients that
+    /// want settings of their own (an agent's, say).
+    pub fn client_config(&self) -> kube::Config {
         let url = self.url().parse().unwrap_or_default();
         let mut config = kube::Config::new(url);
         config.default_namespace = "default".into();
         config
     }
 
-    fn build(config: kube::Config) -> kube::Client {
+    /// A client built from `config`.
+    pub fn build(config: kube::Config) -> kube::Client {
         kube::Client::try_from(config)
             .unwrap_or_else(|_| unreachable!("an http:// config always builds a client"))
     }

@@ -18,10 +18,10 @@ use serde_json::{Map, Value, json};
 
 use super::pods::{finished, owned_pods, template_hash};
 use super::writer;
-use crate::sim::meta;
-use crate::sim::resources::Gr;
-use crate::sim::state::SimState;
-use crate::sim::verbs::{self, DeleteOptions, Part, PatchType};
+use crate::meta;
+use crate::resources::Gr;
+use crate::state::SimState;
+use crate::verbs::{self, DeleteOptions, Part, PatchType};
 
 mod status;
 use status::write_deployment_status;

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{MANAGER, owned_sets, replicas, status_count};
-use crate::sim::meta;
-use crate::sim::resources::Gr;
-use crate::sim::state::SimState;
-use crate::sim::verbs::write_status;
+use crate::meta;
+use crate::resources::Gr;
+use crate::state::SimState;
+use crate::verbs::write_status;
 
 /// A condition as upstream sets it: the times kept while nothing changes.
 fn condition(old: &Value, kind: &str, status: &str, reason: &str, message: &str) -> Value {

@@ -19,7 +19,32 @@ use std::time::Duration;
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::logind::{Inhibitor, LOGIND_BUS_NAME, LOGIND_MANAGER_INTERFACE, LOGIND_PATH};
+/// logind's well-known bus name, object path and manager interface, as
+/// real logind serves them (the agent has its own copy: the two are
+/// independent peers of one protocol).
+pub const LOGIND_BUS_NAME: &str = "org.freedesktop.login1";
+pub const LOGIND_PATH: &str = "/org/freedesktop/login1";
+pub const LOGIND_MANAGER_INTERFACE: &str = "org.freedesktop.login1.Manager";
+
+/// One row of `ListInhibitors`, as logind lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Inhibitor {
+    /// Colon-separated operations, e.g. `shutdown:sleep`.
+    pub what: String,
+    pub who: String,
+    pub why: String,
+    /// `block` or `delay`.
+    pub mode: String,
+    pub uid: u32,
+    pub pid: u32,
+}
+
+impl Inhibitor {
+    /// A delay lock on `op` (`shutdown`, `sleep`): one logind waits for.
+    pub fn delays(&self, op: &str) -> bool {
+        self.mode == "delay" && self.what.split(':').any(|w| w == op)
+    }
+}
 
 /// Settings of the simulated logind.
 #[derive(Debug, Clone)]
@@ -111,8 +136,8 @@ impl State {
         self.entries
             .values()
             .filter(|e| match op {
-                Op::Shutdown => e.info.delays_shutdown(),
-                Op::Sleep => e.info.delays_sleep(),
+                Op::Shutdown => e.info.delays("shutdown"),
+                Op::Sleep => e.info.delays("sleep"),
             })
             .map(|e| e.info.who.clone())
             .collect()

@@ -6,8 +6,8 @@ use nix::fcntl::OFlag;
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
+use super::Inhibitor;
 use super::{Entry, Shared, emit_prepare, wait_and_record};
-use crate::logind::Inhibitor;
 
 /// Error replies, named as logind names them.
 #[derive(Debug, zbus::DBusError)]
