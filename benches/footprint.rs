@@ -73,12 +73,13 @@ async fn main() {
         &Writer {
             manager: "bench".into(),
             force: false,
+            user: None,
         },
         false,
     )
     .expect("crd created");
     let kc = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(kc.path(), sim.kubeconfig()).unwrap();
+    std::fs::write(kc.path(), maintd::testbed::agent_kubeconfig(&sim, "node-a")).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_maintd"))
         .args([
             "run",
@@ -139,6 +140,7 @@ async fn main() {
         &Writer {
             manager: "bench".into(),
             force: false,
+            user: None,
         },
     )
     .expect("taint");

@@ -74,6 +74,7 @@ fn create(sim: &SimCluster, gr: &Gr, ns: Option<&str>, obj: Value) {
     let writer = Writer {
         manager: "bench".into(),
         force: true,
+        user: None,
     };
     verbs::create(&sim.state, &def, ns, obj, &writer, false).expect("created");
 }
@@ -264,7 +265,7 @@ fn run(
         let node = format!("node-{i:05}");
         let agent = Agent::new(
             Config::for_node(&node, std::env::temp_dir().join("maintd-scale-none")),
-            maintd::demo::agent_client(&sim, &node),
+            maintd::testbed::agent_client(&sim, &node),
         );
         handles.push((node, agent.clone()));
         agents.spawn(agent.run(stop.clone()));

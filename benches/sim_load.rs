@@ -53,6 +53,7 @@ async fn main() {
         let writer = Writer {
             manager: "bench".into(),
             force: false,
+            user: None,
         };
         let nodes = state.store().resource(&Gr::nodes()).expect("nodes");
         let pods = state.store().resource(&Gr::pods()).expect("pods");

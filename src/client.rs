@@ -96,17 +96,24 @@ impl tower::Service<Request<Body>> for Guarded {
     fn call(&mut self, req: Request<Body>) -> Self::Future {
         let this = self.clone();
         Box::pin(async move {
-            let what = format!("{} {}", req.method(), req.uri().path());
+            let (method, path) = (req.method().to_string(), req.uri().path().to_string());
+            let what = format!("{method} {path}");
             let watch = is_watch(&req);
             let call = async {
                 let resp = this.inner.send(req).await?;
-                if watch {
+                if watch && resp.status().is_success() {
                     return Ok(resp);
                 }
                 // The body is read within the same deadline: a connection
                 // that goes silent after the headers must not hold the call.
                 let (parts, body) = resp.into_parts();
                 let bytes = body.collect_bytes().await?;
+                if parts.status == http::StatusCode::FORBIDDEN {
+                    let refusals = &this.health.refusals;
+                    refusals.refused(&method, &path, &status_message(&bytes));
+                } else if parts.status.is_success() {
+                    this.health.refusals.allowed(&method, &path);
+                }
                 Ok(Response::from_parts(parts, Body::from(bytes)))
             };
             match tokio::time::timeout(this.timeout, call).await {
@@ -137,6 +144,15 @@ impl tower::Service<Request<Body>> for Guarded {
                 }
             }
         })
+    }
+}
+
+/// The message of the Status an error answer carries, or the body as text
+/// when it is not one.
+fn status_message(bytes: &[u8]) -> String {
+    match serde_json::from_slice::<serde_json::Value>(bytes) {
+        Ok(v) if v["message"].is_string() => v["message"].as_str().unwrap_or_default().to_string(),
+        _ => String::from_utf8_lossy(bytes).into_owned(),
     }
 }
 

@@ -23,13 +23,6 @@ use narrate::Narrator;
 pub const REALISTIC: &str = include_str!("../tests/scenarios/realistic.yaml");
 const NODE: &str = "node-a";
 
-/// A client of `sim` as `node`'s agent has it (see
-/// [`crate::cluster::agent_config`]): no retry of 429s, and the agent's
-/// User-Agent, so the audit log tells its calls from a test's.
-pub fn agent_client(sim: &SimCluster, node: &str) -> kube::Client {
-    SimCluster::build(crate::cluster::agent_config(sim.client_config(), node))
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
     #[error("the simulated cluster: {0}")]
@@ -108,7 +101,7 @@ pub async fn run_shutdown(
         margin: Duration::from_secs(5),
         bus: Some(bus.address.clone()),
     });
-    let client = agent_client(&sim, &config.node);
+    let client = crate::testbed::agent_client(&sim, &config.node);
     let agent = Agent::new(config, client);
     let progress = agent.progress().clone();
     let mut events = progress.subscribe();
@@ -175,7 +168,7 @@ pub async fn run_shutdown(
 /// the agent's log goes, named in the narrative.
 pub async fn run(style: Style, limit: Duration, log: Option<&Path>) -> Result<(), DemoError> {
     let (sim, config, kubeconfig) = start_cluster(style, log).await?;
-    let client = agent_client(&sim, &config.node);
+    let client = crate::testbed::agent_client(&sim, &config.node);
     let agent = Agent::new(config, client);
     let progress = agent.progress().clone();
     let mut events = progress.subscribe();

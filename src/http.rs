@@ -48,6 +48,8 @@ pub struct Endpoint {
     pub fleetlock: Option<Arc<crate::fleetlock::FleetLock<crate::agent::AgentDrain>>>,
     /// The static pod directory, and how it was chosen.
     pub static_pods: crate::drain::static_path::StaticPodDir,
+    /// The agent's API health: the calls refused of late make it not ready.
+    pub api: crate::index::ApiHealth,
 }
 
 /// The body of `POST /v1/drain`.
@@ -95,6 +97,7 @@ impl Endpoint {
             "local_request": self.local_requests.status(),
             "static_pods": self.static_pods,
             "watches": self.watches_json(),
+            "api_refusals": self.api.refusals.recent(),
         })
     }
 
@@ -135,6 +138,7 @@ impl Endpoint {
                 why.push(format!("the view of {name} is stale: {stale}"));
             }
         }
+        why.extend(self.api.refusals.recent());
         if let Some(i) = &self.inhibitor {
             let st = i.borrow();
             if !st.held && !st.preparing {

@@ -93,6 +93,8 @@ pub const STALE_AFTER: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, Default)]
 pub struct ApiHealth {
     inner: Arc<Mutex<HealthInner>>,
+    /// The calls the API server refused (403), said once each.
+    pub refusals: crate::refusals::Refusals,
 }
 
 #[derive(Debug, Default)]
@@ -363,12 +365,17 @@ impl Index {
                     rv
                 }
                 failed => {
-                    let e = match failed {
-                        Ok(Err(e)) => crate::client::explain(&e),
-                        _ => format!("no answer in {}s", idle.as_secs()),
+                    let (e, refused) = match failed {
+                        Ok(Err(e)) => (crate::client::explain(&e), crate::refusals::is_refusal(&e)),
+                        _ => (format!("no answer in {}s", idle.as_secs()), false),
                     };
                     self.note_error(format!("listing {}: {e}", target.path));
-                    tracing::warn!(path = %target.path, error = %e, "list failed; retrying");
+                    // A refusal was said once already, in words.
+                    if refused {
+                        tracing::debug!(path = %target.path, error = %e, "list refused; retrying");
+                    } else {
+                        tracing::warn!(path = %target.path, error = %e, "list failed; retrying");
+                    }
                     if sleep_or_stop(backoff.next_delay(), &stop).await {
                         return;
                     }

@@ -18,5 +18,8 @@ pub mod metrics;
 pub mod plan_cmd;
 pub mod policy;
 pub mod preflight;
+pub mod refusals;
 pub mod report;
+#[cfg(feature = "sim")]
+pub mod testbed;
 pub mod trigger;

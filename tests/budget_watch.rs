@@ -22,7 +22,7 @@ fn start(sim: &SimCluster) -> RunningAgent {
     let dir = sim.static_pod_dir("node-a").unwrap();
     RunningAgent::start_with(
         Config::for_node("node-a", dir),
-        maintd::demo::agent_client(sim, "node-a"),
+        maintd::testbed::agent_client(sim, "node-a"),
     )
 }
 

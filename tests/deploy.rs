@@ -8,6 +8,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
@@ -40,6 +43,8 @@ struct Manifests {
     roles: Vec<Role>,
     bindings: Vec<RoleBinding>,
     daemonsets: Vec<DaemonSet>,
+    policies: Vec<ValidatingAdmissionPolicy>,
+    policy_bindings: Vec<ValidatingAdmissionPolicyBinding>,
 }
 
 fn typed<T: serde::de::DeserializeOwned>(file: &str, doc: &Value) -> T {
@@ -84,6 +89,8 @@ fn manifests(variant: &str) -> Manifests {
             "Role" => m.roles.push(typed(&file, doc)),
             "RoleBinding" => m.bindings.push(typed(&file, doc)),
             "DaemonSet" => m.daemonsets.push(typed(&file, doc)),
+            "ValidatingAdmissionPolicy" => m.policies.push(typed(&file, doc)),
+            "ValidatingAdmissionPolicyBinding" => m.policy_bindings.push(typed(&file, doc)),
             other => panic!("{file}: unexpected kind {other:?}"),
         }
     }
@@ -110,8 +117,10 @@ const AGENT_CALLS: &[(&str, &str, &str, Option<&str>)] = &[
     ("maintd.io", "nodemaintenances", "list", None),
     ("maintd.io", "nodemaintenances", "watch", None),
     ("maintd.io", "nodemaintenances/status", "patch", None),
+    ("maintd.io", "nodedrains", "get", None),
     ("maintd.io", "nodedrains", "list", None),
     ("maintd.io", "nodedrains", "watch", None),
+    ("maintd.io", "nodedrains", "create", None),
     ("maintd.io", "nodedrains", "patch", None),
     ("maintd.io", "nodedrains/status", "patch", None),
     ("events.k8s.io", "events", "create", None),
@@ -356,110 +365,6 @@ fn daemonset_runs_everywhere_with_what_the_agent_needs_and_little_else() {
     assert!(req.contains_key("cpu") && req.contains_key("memory"));
 }
 
-/// (group, resource, verb, namespace) of one API request, as RBAC sees it;
-/// None for what RBAC does not cover by resource (discovery, /version).
-fn as_rbac_call(
-    method: &str,
-    path: &str,
-    watch: bool,
-) -> Option<(String, String, String, Option<String>)> {
-    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (group, rest) = match parts.as_slice() {
-        ["api", "v1", rest @ ..] => (String::new(), rest),
-        ["apis", group, _version, rest @ ..] => (group.to_string(), rest),
-        _ => return None,
-    };
-    let (namespace, rest) = match rest {
-        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
-        rest => (None, rest),
-    };
-    let (resource, named) = match rest {
-        [resource] => (resource.to_string(), false),
-        [resource, _name] => (resource.to_string(), true),
-        [resource, _name, sub] => (format!("{resource}/{sub}"), true),
-        _ => return None,
-    };
-    let verb = match (method, named, watch) {
-        ("GET", _, true) => "watch",
-        ("GET", false, false) => "list",
-        ("GET", true, false) => "get",
-        ("POST", _, _) => "create",
-        ("PUT", _, _) => "update",
-        ("PATCH", _, _) => "patch",
-        ("DELETE", true, _) => "delete",
-        ("DELETE", false, _) => "deletecollection",
-        _ => return None,
-    };
-    Some((group, resource, verb.to_string(), namespace))
-}
-
-#[test]
-fn requests_map_to_the_rbac_calls_they_need() {
-    let cases = [
-        (
-            "GET",
-            "/api/v1/pods",
-            true,
-            Some(("", "pods", "watch", None)),
-        ),
-        (
-            "GET",
-            "/api/v1/nodes/node-a",
-            false,
-            Some(("", "nodes", "get", None)),
-        ),
-        (
-            "POST",
-            "/api/v1/namespaces/shop/pods/web-1/eviction",
-            false,
-            Some(("", "pods/eviction", "create", Some("shop"))),
-        ),
-        (
-            "PATCH",
-            "/api/v1/nodes/node-a/status",
-            false,
-            Some(("", "nodes/status", "patch", None)),
-        ),
-        (
-            "PUT",
-            "/apis/coordination.k8s.io/v1/namespaces/maintd/leases/slot-0",
-            false,
-            Some(("coordination.k8s.io", "leases", "update", Some("maintd"))),
-        ),
-        (
-            "GET",
-            "/apis/maintd.io/v1alpha1/nodemaintenances",
-            false,
-            Some(("maintd.io", "nodemaintenances", "list", None)),
-        ),
-        (
-            "GET",
-            "/api/v1/namespaces",
-            false,
-            Some(("", "namespaces", "list", None)),
-        ),
-        (
-            "GET",
-            "/api/v1/namespaces/maintd",
-            false,
-            Some(("", "namespaces", "get", None)),
-        ),
-        ("GET", "/apis", false, None),
-        ("GET", "/version", false, None),
-    ];
-    for (method, path, watch, want) in cases {
-        let want = want.map(|(g, r, v, ns): (&str, &str, &str, Option<&str>)| {
-            (
-                g.to_string(),
-                r.to_string(),
-                v.to_string(),
-                ns.map(str::to_string),
-            )
-        });
-        assert_eq!(as_rbac_call(method, path, watch), want, "{method} {path}");
-    }
-}
-
 /// Runs one agent (with --medik8s) through every kind of maintenance on
 /// the simulated cluster and checks each request it actually made against
 /// deploy/'s RBAC and against the lists above: the lists cannot drift from
@@ -482,7 +387,7 @@ async fn every_request_an_agent_makes_is_granted() {
     config.medik8s = true;
     let local = endpoint::free_port();
     config.listen_local = Some(local);
-    let agent = maintd::agent::Agent::new(config, maintd::demo::agent_client(&sim, "node-a"));
+    let agent = maintd::agent::Agent::new(config, maintd::testbed::agent_client(&sim, "node-a"));
     let progress = agent.progress().clone();
     let stop = tokio_util::sync::CancellationToken::new();
     tokio::spawn(agent.run(stop.clone()));
@@ -552,14 +457,32 @@ async fn every_request_an_agent_makes_is_granted() {
     eventually("undone", phase_is(Phase::Idle)).await;
     stop.cancel();
 
-    let ua = maintd::cluster::user_agent("node-a");
-    let mut made: Vec<_> = sim
+    // What the simulated API server asked its authorizer for the agent's
+    // user, derived from each request as the API server derives it (an
+    // apply that creates its object asks for create as well as patch).
+    let user = format!(
+        "system:serviceaccount:{}:{}",
+        maintd::testbed::NAMESPACE,
+        maintd::testbed::SERVICE_ACCOUNT
+    );
+    let asked: Vec<_> = sim
         .state
         .audit
-        .requests()
+        .authorizations()
+        .into_iter()
+        .filter(|a| a.user == user && !a.resource.is_empty())
+        .collect();
+    let refused: Vec<_> = asked.iter().filter(|a| !a.allowed).collect();
+    assert!(
+        refused.is_empty(),
+        "the API server refused the agent (deploy/medik8s lacks a rule): {refused:#?}"
+    );
+    let mut made: Vec<(String, String, String, Option<String>)> = asked
         .iter()
-        .filter(|r| r.user_agent == ua)
-        .filter_map(|r| as_rbac_call(&r.method, &r.path, r.watch))
+        .map(|a| {
+            let ns = (!a.namespace.is_empty()).then(|| a.namespace.clone());
+            (a.group.clone(), a.resource.clone(), a.verb.clone(), ns)
+        })
         .collect();
     made.sort();
     made.dedup();
@@ -596,6 +519,8 @@ async fn every_request_an_agent_makes_is_granted() {
         (MEDIK8S, "nodemaintenances", "patch"),
         ("events.k8s.io", "events", "create"),
         ("coordination.k8s.io", "leases", "create"),
+        // The first apply of its NodeDrain creates it.
+        ("maintd.io", "nodedrains", "create"),
     ] {
         assert!(
             made.iter()
@@ -603,4 +528,42 @@ async fn every_request_an_agent_makes_is_granted() {
             "{want:?} not seen in {made:?}"
         );
     }
+}
+
+/// deploy/ and deploy/medik8s/ confine each agent to its node with the
+/// admission policy, bound to deny, matching the DaemonSet's own
+/// ServiceAccount; deploy/without-confinement/ is the same without it.
+#[test]
+fn the_node_confinement_policy_is_bound_to_the_agents_service_account() {
+    for variant in ["", "medik8s"] {
+        let m = manifests(variant);
+        let ds = &m.daemonsets[0];
+        let sa = format!(
+            "system:serviceaccount:{}:{}",
+            ds.metadata.namespace.as_deref().unwrap(),
+            pod_spec(ds).service_account_name.as_deref().unwrap()
+        );
+        assert_eq!(m.policies.len(), 1, "deploy/{variant}");
+        let policy = &m.policies[0];
+        let spec = policy.spec.as_ref().unwrap();
+        assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
+        let conditions = spec.match_conditions.as_ref().unwrap();
+        assert!(
+            conditions
+                .iter()
+                .any(|c| c.expression.contains(&format!("'{sa}'"))),
+            "deploy/{variant}: the policy matches {sa}"
+        );
+        let binding = m.policy_bindings[0].spec.as_ref().unwrap();
+        assert_eq!(binding.policy_name, policy.metadata.name);
+        assert_eq!(
+            binding.validation_actions.as_deref(),
+            Some(&["Deny".to_string()][..])
+        );
+    }
+    let old = manifests("without-confinement");
+    let base = manifests("");
+    assert!(old.policies.is_empty() && old.policy_bindings.is_empty());
+    assert_eq!(old.cluster_roles, base.cluster_roles);
+    assert_eq!(old.daemonsets, base.daemonsets);
 }

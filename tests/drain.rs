@@ -577,7 +577,7 @@ async fn without_a_flag_the_kubelets_static_pod_path_is_followed() {
     let mut config = maintd::config::Config::for_node("node-a", "/etc/kubernetes/manifests".into());
     config.static_pods = maintd::drain::static_path::resolve(None, Some(&kubelet_config));
     assert_eq!(config.static_pods.dir, dir);
-    let agent = RunningAgent::start_with(config, sim.client_with(false));
+    let agent = RunningAgent::start_with(config, maintd::testbed::agent_client(&sim, "node-a"));
     taint(&client, "node-a", "maintd.io/drain", Some("x")).await;
     agent.wait_event(EventKind::DrainCompleted).await;
     assert!(

@@ -141,7 +141,7 @@ async fn an_ended_trigger_sends_none_of_the_evictions_still_queued() {
     .await;
     let mut config = Config::for_node("node-a", "/nonexistent/manifests".into());
     config.concurrency = 1;
-    let agent = RunningAgent::start_with(config, proxy.agent_client());
+    let agent = RunningAgent::start_with(config, proxy.agent_client(&sim, "node-a"));
     let client = sim.client();
     taint(&client, "node-a", "maintd.io/drain", Some("x")).await;
     let evictions = |from: usize| {
@@ -449,7 +449,7 @@ async fn a_static_pod_its_kubelet_does_not_stop_is_a_named_blocker() {
     std::fs::write(manifests.join("quick.json"), &manifest).unwrap();
     let agent = RunningAgent::start_with(
         Config::for_node("node-a", manifests.clone()),
-        sim.client_with(false),
+        maintd::testbed::agent_client(&sim, "node-a"),
     );
     taint(&client, "node-a", "maintd.io/drain", Some("x")).await;
     let progress = agent.progress.clone();
@@ -486,7 +486,7 @@ async fn a_stage_past_its_timeout_is_reported_and_waits_or_skips_as_configured()
         let mut config = Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap());
         config.stage_timeout = Some(Duration::from_secs(2));
         config.on_stage_timeout = policy;
-        let agent = RunningAgent::start_with(config, sim.client_with(false));
+        let agent = RunningAgent::start_with(config, maintd::testbed::agent_client(&sim, "node-a"));
         taint(&sim.client(), "node-a", "maintd.io/drain", Some("x")).await;
         agent.wait_event(EventKind::StageTimedOut).await;
         let timed_out = agent
@@ -581,7 +581,7 @@ async fn a_pod_shutting_down_is_not_a_blocker_beside_one_that_is() {
     post_pod(&sim, &slow).await;
     sim.wait_settled(Duration::from_secs(30)).await.unwrap();
     let config = Config::for_node("node-a", "/nonexistent/manifests".into());
-    let agent = RunningAgent::start_with(config, sim.client_with(false));
+    let agent = RunningAgent::start_with(config, maintd::testbed::agent_client(&sim, "node-a"));
     taint(&sim.client(), "node-a", "maintd.io/drain", Some("x")).await;
     let progress = agent.progress.clone();
     let state_of = move |pod: &str| {

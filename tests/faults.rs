@@ -104,7 +104,7 @@ async fn setup_with(
         });
     }
     before(&sim);
-    let agent = Agent::new(config, maintd::demo::agent_client(&sim, "node-a"));
+    let agent = Agent::new(config, maintd::testbed::agent_client(&sim, "node-a"));
     let progress = agent.progress().clone();
     let events = common::agent::collect_events(agent.progress());
     let stop = CancellationToken::new();
@@ -486,7 +486,9 @@ async fn dbusmock_reboot_with_the_api_away(from_start: bool) {
         sim.state.faults.black_hole(true);
     }
     let stop = CancellationToken::new();
-    tokio::spawn(Agent::new(config, maintd::demo::agent_client(&sim, "node-a")).run(stop.clone()));
+    tokio::spawn(
+        Agent::new(config, maintd::testbed::agent_client(&sim, "node-a")).run(stop.clone()),
+    );
     let logind = client(&bus).await;
     let maintd_locks = || async {
         client(&bus)

@@ -102,7 +102,7 @@ async fn the_readme_install_steps_run_the_overridden_image_on_every_node() {
     // with the image the overlay set, not deploy/'s default.
     let mut rows: Vec<(String, String)> = out
         .lines()
-        .filter(|l| l.contains("maintd-"))
+        .filter(|l| l.starts_with("node-") && l.contains("maintd-"))
         .map(|l| {
             let cols: Vec<&str> = l.split_whitespace().collect();
             (cols[0].to_string(), cols[2].to_string())

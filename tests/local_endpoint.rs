@@ -37,6 +37,7 @@ fn assert_documented_schema(st: &Value) {
     assert_eq!(
         keys(st),
         [
+            "api_refusals",
             "drain",
             "inhibitor",
             "local_request",
@@ -96,6 +97,7 @@ fn assert_documented_schema(st: &Value) {
     for (_, v) in st["watches"]["views"].as_object().unwrap() {
         assert_eq!(keys(v), ["last_error", "stale", "synced"]);
     }
+    assert!(st["api_refusals"].as_array().is_some_and(|r| r.iter().all(Value::is_string)));
     if !st["local_request"].is_null() {
         assert_eq!(
             keys(&st["local_request"]),

@@ -77,7 +77,7 @@ async fn node_drain(client: &kube::Client, node: &str) -> serde_json::Value {
 fn agent_for(sim: &maintd_sim::SimCluster, node: &str) -> Agent {
     Agent::new(
         Config::for_node(node, sim.static_pod_dir(node).unwrap()),
-        sim.client_with(false),
+        maintd::testbed::agent_client(sim, node),
     )
 }
 
@@ -535,7 +535,7 @@ async fn a_maintenance_limited_to_one_drain_at_a_time_drains_its_nodes_one_after
     for node in ["node-a", "node-b", "node-c"] {
         let agent = Agent::new(
             Config::for_node(node, "/nonexistent/manifests".into()),
-            maintd::demo::agent_client(&sim, node),
+            maintd::testbed::agent_client(&sim, node),
         );
         tokio::spawn(agent.run(stop.clone()));
     }

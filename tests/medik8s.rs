@@ -29,7 +29,9 @@ async fn install_medik8s_crd(k: &Kubectl) {
 fn start_agent(sim: &SimCluster, node: &str, medik8s: bool, stop: &CancellationToken) -> Progress {
     let mut config = Config::for_node(node, sim.static_pod_dir(node).unwrap());
     config.medik8s = medik8s;
-    let agent = Agent::new(config, sim.client_with(false));
+    // With deploy/medik8s/'s rights on top of deploy/'s.
+    maintd::testbed::install_rights(sim, medik8s).expect("deploy/medik8s installs");
+    let agent = Agent::new(config, maintd::testbed::agent_client(sim, node));
     let progress = agent.progress().clone();
     tokio::spawn(agent.run(stop.clone()));
     progress

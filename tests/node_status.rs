@@ -67,6 +67,7 @@ fn seed_drains(sim: &SimCluster, n: usize) {
         let writer = Writer {
             manager: format!("maintd/{node}"),
             force: true,
+            user: None,
         };
         verbs::create(&sim.state, &def, None, obj, &writer, true).expect("NodeDrain stored");
     }
@@ -88,7 +89,7 @@ async fn small_with_agent() -> (SimCluster, CancellationToken) {
     install(&sim.client()).await;
     let agent = Agent::new(
         Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap()),
-        maintd::demo::agent_client(&sim, "node-a"),
+        maintd::testbed::agent_client(&sim, "node-a"),
     );
     let stop = CancellationToken::new();
     tokio::spawn(agent.run(stop.clone()));
@@ -106,10 +107,12 @@ async fn a_maintenance_over_3000_nodes_gets_right_aggregates_of_a_bounded_size()
     )
     .await;
     seed_drains(&sim, 3000);
-    // One agent's status writer: it takes the Lease and aggregates.
+    // One agent's status writer, on a node of its own: it takes the Lease
+    // and aggregates.
+    common::create_node(&client, "node-00000").await;
     let maintenance = MaintenanceTrigger::new();
     let stop = CancellationToken::new();
-    let agent_client = maintd::demo::agent_client(&sim, "node-00000");
+    let agent_client = maintd::testbed::agent_client(&sim, "node-00000");
     tokio::spawn(
         maintenance
             .clone()
@@ -331,7 +334,7 @@ async fn a_node_seen_late_still_gets_its_nodedrain() {
     .await;
     let agent = Agent::new(
         Config::for_node("node-late", "/nonexistent/manifests".into()),
-        proxy.agent_client(),
+        proxy.agent_client(&sim, "node-late"),
     );
     let stop = CancellationToken::new();
     tokio::spawn(agent.run(stop.clone()));

@@ -81,7 +81,11 @@ async fn an_agent_killed_mid_drain_resumes_and_loses_no_manifest() {
     let original = dir_files(&dir);
     assert_eq!(original.len(), 3);
     let kubeconfig = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(kubeconfig.path(), sim.kubeconfig()).unwrap();
+    std::fs::write(
+        kubeconfig.path(),
+        maintd::testbed::agent_kubeconfig(&sim, "node-a"),
+    )
+    .unwrap();
 
     taint(&client, "node-a", "maintd.io/drain", Some("reboot")).await;
     // Kill points: early in the ordinary pods, deep into them, and while

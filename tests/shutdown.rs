@@ -85,7 +85,7 @@ fn start_agent(
         margin,
         bus: Some(bus.address.clone()),
     });
-    let agent = Agent::new(config, sim.client_with(false));
+    let agent = Agent::new(config, maintd::testbed::agent_client(sim, "node-a"));
     let events = common::agent::collect_events(agent.progress());
     let stop = CancellationToken::new();
     tokio::spawn(agent.run(stop.clone()));

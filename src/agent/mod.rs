@@ -51,6 +51,9 @@ impl Agent {
     /// off (the drain paces its own retries).
     pub fn new(config: Config, client: kube::Client) -> Agent {
         let health = ApiHealth::default();
+        // A call the API server refuses is the status's last error while
+        // the drain has none of its own: it says what to fix.
+        let progress = Progress::with_refusals(&config.node, health.refusals.clone());
         // Every call the agent makes is bounded and tells `health`.
         let client = crate::client::guarded(client, config.api.call_timeout, health.clone());
         let guard = watch_guard(&config, &health);
@@ -66,7 +69,7 @@ impl Agent {
                 pods: Index::new(),
                 budgets,
                 stash,
-                progress: Progress::new(&config.node),
+                progress,
                 taint: TaintSpec::draining(),
                 memory: Default::default(),
             },
@@ -330,6 +333,7 @@ impl Agent {
             metrics,
             fleetlock: Some(self.fleetlock(stop)),
             static_pods: self.config.static_pods.clone(),
+            api: self.health.clone(),
         };
         crate::http::start(ep, self.config.listen, self.config.listen_local, stop).await;
     }

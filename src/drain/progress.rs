@@ -169,6 +169,9 @@ pub struct Progress {
     status: Arc<Mutex<DrainStatus>>,
     /// Kinds of events that reach no subscriber (see [`Progress::lose_events`]).
     lost: Arc<Mutex<Vec<EventKind>>>,
+    /// The calls the API server refuses of late: the newest is the
+    /// status's last error while the drain has none of its own.
+    refusals: crate::refusals::Refusals,
 }
 
 impl Progress {
@@ -180,6 +183,15 @@ impl Progress {
             events,
             status: Arc::default(),
             lost: Arc::default(),
+            refusals: Default::default(),
+        }
+    }
+
+    /// The same, its status telling the refusals of this agent's client.
+    pub fn with_refusals(node: &str, refusals: crate::refusals::Refusals) -> Self {
+        Progress {
+            refusals,
+            ..Progress::new(node)
         }
     }
 
@@ -245,10 +257,15 @@ impl Progress {
     }
 
     pub fn status(&self) -> DrainStatus {
-        self.status
+        let mut st = self
+            .status
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .clone();
+        if st.last_error.is_none() {
+            st.last_error = self.refusals.recent().pop();
+        }
+        st
     }
 
     /// Changes the snapshot and stamps updated_at.

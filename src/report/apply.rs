@@ -91,7 +91,7 @@ impl Applier<'_> {
                 Applied::Gone
             }
             Ok(Err(e)) => {
-                tracing::warn!(%path, error = %e, "writing {what}; will retry");
+                crate::refusals::log_retry(&format!("writing {what} at {path}; will retry"), &e);
                 Applied::Failed
             }
             Err(_) => {
@@ -109,7 +109,10 @@ impl Applier<'_> {
             Ok(Ok(obj)) => Ok(rv_of(&obj).map(str::to_string)),
             Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(None),
             Ok(Err(e)) => {
-                tracing::warn!(%path, error = %e, "reading the {} version", self.what);
+                crate::refusals::log_retry(
+                    &format!("reading the {} version at {path}", self.what),
+                    &e,
+                );
                 Err(())
             }
             Err(_) => {

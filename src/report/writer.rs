@@ -232,7 +232,9 @@ impl StatusWriter {
         match tokio::time::timeout(CALL_TIMEOUT, self.client.request::<Value>(req)).await {
             Ok(Ok(_)) => {}
             Ok(Err(kube::Error::Api(s))) if s.code == 409 => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "writing the {LEASE_NAME} Lease"),
+            Ok(Err(e)) => {
+                crate::refusals::log_retry(&format!("writing the {LEASE_NAME} Lease"), &e)
+            }
             Err(_) => tracing::warn!("writing the {LEASE_NAME} Lease timed out"),
         }
     }

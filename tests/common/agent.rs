@@ -53,7 +53,10 @@ impl RunningAgent {
         let dir = static_dir
             .or_else(|| sim.static_pod_dir(node))
             .unwrap_or_else(|| "/nonexistent/manifests".into());
-        Self::start_with(Config::for_node(node, dir), sim.client_with(false))
+        Self::start_with(
+            Config::for_node(node, dir),
+            maintd::testbed::agent_client(sim, node),
+        )
     }
 
     /// An agent with these settings and this client.

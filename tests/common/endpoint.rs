@@ -58,7 +58,7 @@ impl EndpointAgent {
         config.listen = Some(readonly);
         config.listen_local = Some(local);
         edit(&mut config);
-        let agent = Agent::new(config, sim.client_with(false));
+        let agent = Agent::new(config, maintd::testbed::agent_client(sim, node));
         let progress = agent.progress().clone();
         let stop = CancellationToken::new();
         let task = tokio::spawn(agent.run(stop.clone()));

@@ -21,6 +21,29 @@ impl Kubectl {
         }
     }
 
+    /// kubectl acting as `user` with `extra` (the user's extra values, one
+    /// each), through the API server's impersonation headers: over plain
+    /// HTTP kubectl sends no token, so the simulator takes it as its
+    /// insecure port's admin, who may impersonate anyone.
+    pub fn impersonating(sim: &SimCluster, user: &str, extra: &[(&str, &str)]) -> Kubectl {
+        let extra: String = extra
+            .iter()
+            .map(|(k, v)| format!("      {k}: [{v}]\n"))
+            .collect();
+        let config = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {url}\n\
+             contexts:\n- name: sim\n  context:\n    cluster: sim\n    user: as\n    namespace: default\n\
+             current-context: sim\nusers:\n- name: as\n  user:\n    as: {user}\n    as-user-extra:\n{extra}",
+            url = sim.url()
+        );
+        let kubeconfig = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(kubeconfig.path(), config).unwrap();
+        Kubectl {
+            kubeconfig,
+            cache: tempfile::tempdir().unwrap(),
+        }
+    }
+
     /// Runs kubectl; returns (success, stdout, stderr).
     pub async fn run(&self, args: &[&str]) -> (bool, String, String) {
         let mut cmd = Command::new("kubectl");

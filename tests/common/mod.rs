@@ -95,10 +95,30 @@ where
     panic!("timed out waiting until {what}");
 }
 
-/// A raw HTTP request to the simulator, for what kube::Client would refuse
-/// to send.
+/// A raw HTTP request to the simulator as its admin, for what kube::Client
+/// would refuse to send.
 pub async fn raw(
     sim: &SimCluster,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> (u16, Value) {
+    raw_as(
+        sim,
+        Some(sim.admin_token()),
+        method,
+        path,
+        content_type,
+        body,
+    )
+    .await
+}
+
+/// A raw HTTP request with `token` (None: none at all, anonymous).
+pub async fn raw_as(
+    sim: &SimCluster,
+    token: Option<&str>,
     method: &str,
     path: &str,
     content_type: &str,
@@ -107,12 +127,14 @@ pub async fn raw(
     use http_body_util::{BodyExt, Full};
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<Full<bytes::Bytes>>();
-    let req = http::Request::builder()
+    let mut req = http::Request::builder()
         .method(method)
         .uri(format!("{}{}", sim.url(), path))
-        .header("content-type", content_type)
-        .body(Full::new(bytes::Bytes::from(body)))
-        .unwrap();
+        .header("content-type", content_type);
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    let req = req.body(Full::new(bytes::Bytes::from(body))).unwrap();
     let resp = client.request(req).await.expect("the simulator answers");
     let code = resp.status().as_u16();
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();

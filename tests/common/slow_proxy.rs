@@ -76,12 +76,12 @@ impl SlowProxy {
         SlowProxy { url, stop }
     }
 
-    /// A client for the agent through this proxy, as `sim.client_with(false)`
-    /// makes it: kube's own retries off.
-    pub fn agent_client(&self) -> kube::Client {
-        let mut config = kube::Config::new(self.url.parse().expect("the proxy's URL"));
-        config.default_namespace = "default".into();
-        config.default_retry = false;
-        kube::Client::try_from(config).expect("a client for the proxy")
+    /// A client for `node`'s agent through this proxy, with the agent's
+    /// token and settings (see `maintd::testbed::agent_client`).
+    pub fn agent_client(&self, sim: &maintd_sim::SimCluster, node: &str) -> kube::Client {
+        let mut config = sim.client_config_as(&maintd::testbed::agent_token(sim, node));
+        config.cluster_url = self.url.parse().expect("the proxy's URL");
+        kube::Client::try_from(maintd::cluster::agent_config(config, node))
+            .expect("a client for the proxy")
     }
 }

@@ -78,6 +78,7 @@ fn soak_writer() -> Writer {
     Writer {
         manager: "soak".into(),
         force: false,
+        user: None,
     }
 }
 
@@ -122,7 +123,7 @@ impl Round {
             margin: Duration::from_millis(500),
             bus: Some(h.logind_address()),
         });
-        let agent = Agent::new(config, maintd::demo::agent_client(&self.sim, &rig.name));
+        let agent = Agent::new(config, maintd::testbed::agent_client(&self.sim, &rig.name));
         let stop = CancellationToken::new();
         let task = tokio::spawn(agent.clone().run(stop.clone()));
         self.nodes[i].agent = Some(Running {

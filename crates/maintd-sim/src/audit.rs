@@ -1,6 +1,7 @@
 //! The simulator's audit log: every mutating request with its time, verb,
-//! object and response code, for tests and benchmarks to read; and a count
-//! of every request per client, for footprint measurements.
+//! object and response code, for tests and benchmarks to read; every
+//! request with its user, for footprint measurements; and every question
+//! put to the authorizer, with its answer.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -44,13 +45,33 @@ pub struct RequestRecord {
     pub path: String,
     pub watch: bool,
     pub user_agent: String,
+    /// Who made it ("" when its credentials were refused).
+    pub user: String,
     pub code: u16,
+}
+
+/// One authorization decision: who asked to do what, and whether RBAC let
+/// them. A request can need more than one (an apply that creates its
+/// object needs `patch` and `create`).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct AuthorizationRecord {
+    pub user: String,
+    pub verb: String,
+    /// Empty for a request that names no resource (then see `path`).
+    pub group: String,
+    /// The resource as rules name it: `pods`, `pods/eviction`.
+    pub resource: String,
+    pub namespace: String,
+    pub name: String,
+    pub path: String,
+    pub allowed: bool,
 }
 
 pub struct Audit {
     started: Instant,
     entries: Mutex<Vec<AuditEntry>>,
     requests: Mutex<Vec<RequestRecord>>,
+    authorizations: Mutex<Vec<AuthorizationRecord>>,
     /// Bytes and watch events sent, per user agent.
     sent: Mutex<BTreeMap<String, Sent>>,
     /// The same, per user agent and resource (the plural in the path).
@@ -80,6 +101,7 @@ impl Audit {
             started: Instant::now(),
             entries: Mutex::new(Vec::new()),
             requests: Mutex::new(Vec::new()),
+            authorizations: Mutex::new(Vec::new()),
             sent: Mutex::default(),
             sent_by_resource: Mutex::default(),
             file,
@@ -111,6 +133,21 @@ impl Audit {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(rec);
+    }
+
+    pub fn record_authorization(&self, rec: AuthorizationRecord) {
+        self.authorizations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(rec);
+    }
+
+    /// Every authorization decision so far.
+    pub fn authorizations(&self) -> Vec<AuthorizationRecord> {
+        self.authorizations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Counts what was sent to `user_agent` for `resource`: `bytes`, and

@@ -42,6 +42,7 @@ fn writer(name: &str) -> Writer {
     Writer {
         manager: name.into(),
         force: false,
+        user: None,
     }
 }
 

@@ -30,7 +30,8 @@ impl ApiError {
 
     fn on(mut self, gr: &Gr, name: &str) -> Self {
         self.gr = Some(gr.clone());
-        self.name = Some(name.to_string());
+        // Status details omit an empty name, as the API server's do.
+        self.name = (!name.is_empty()).then(|| name.to_string());
         self
     }
 
@@ -147,6 +148,40 @@ impl ApiError {
         Self::new(429, "TooManyRequests", message)
     }
 
+    /// 401: a token the cluster did not issue (or one whose
+    /// ServiceAccount is gone).
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+
+    /// 403 on `name` of `gr` (or the collection, `name` empty), as the
+    /// API server words it: `nodes "b" is forbidden: <why>`.
+    pub fn forbidden(gr: &Gr, name: &str, why: &str) -> Self {
+        let what = if name.is_empty() {
+            gr.to_string()
+        } else {
+            format!("{gr} {name:?}")
+        };
+        Self::new(403, "Forbidden", format!("{what} is forbidden: {why}")).on(gr, name)
+    }
+
+    /// A request an admission policy denied: `message` (which names the
+    /// policy and binding) on `name` of `gr`, with the code of `reason`
+    /// (`Invalid` 422, `Forbidden` 403, ...) and the message as its cause.
+    pub fn denied_by_policy(gr: &Gr, name: &str, message: &str, reason: &str) -> Self {
+        let (code, reason) = match reason {
+            "Forbidden" => (403, "Forbidden"),
+            "Unauthorized" => (401, "Unauthorized"),
+            "RequestEntityTooLarge" => (413, "RequestEntityTooLarge"),
+            _ => (422, "Invalid"),
+        };
+        let mut e = Self::forbidden(gr, name, message);
+        e.code = code;
+        e.reason = reason;
+        e.causes = vec![(String::new(), message.to_string(), String::new())];
+        e
+    }
+
     /// 403 with the API server's own message.
     pub fn forbidden_message(message: impl Into<String>) -> Self {
         Self::new(403, "Forbidden", message)
@@ -216,7 +251,10 @@ impl ApiError {
                 .causes
                 .iter()
                 .map(|(r, m, f)| {
-                    let mut c = json!({"reason": r, "message": m});
+                    let mut c = json!({"message": m});
+                    if !r.is_empty() {
+                        c["reason"] = json!(r);
+                    }
                     if !f.is_empty() {
                         c["field"] = json!(f);
                     }

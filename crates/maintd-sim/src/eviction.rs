@@ -67,6 +67,7 @@ pub fn evict(sim: &SimState, ns: &str, name: &str, body: &Value) -> Result<(), A
     let writer = Writer {
         manager: "kube-apiserver".into(),
         force: false,
+        user: None,
     };
     let mut attempt = 0;
     loop {

@@ -30,6 +30,7 @@ fn kubelet() -> Writer {
     Writer {
         manager: "kubelet".into(),
         force: false,
+        user: None,
     }
 }
 

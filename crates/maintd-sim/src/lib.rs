@@ -9,7 +9,9 @@
 // cold paths; their size does not matter.
 #![allow(clippy::result_large_err)]
 
+pub mod admission;
 pub mod audit;
+pub mod auth;
 pub mod controllers;
 pub mod dbus;
 pub mod discovery;
@@ -22,6 +24,8 @@ pub mod logind;
 pub mod meta;
 pub mod patch;
 pub mod protobuf;
+pub mod rbac;
+pub mod requestinfo;
 pub mod resources;
 pub mod scale;
 pub mod scenario;
@@ -238,13 +242,53 @@ impl SimCluster {
         Self::build(config)
     }
 
-    /// The configuration of a client of this cluster, for clients that
-    /// want settings of their own (an agent's, say).
+    /// The configuration of an admin's client of this cluster, for
+    /// clients that want settings of their own.
     pub fn client_config(&self) -> kube::Config {
+        self.client_config_as(&self.state.admin_token)
+    }
+
+    /// The configuration of a client that authenticates with `token`.
+    pub fn client_config_as(&self, token: &str) -> kube::Config {
         let url = self.url().parse().unwrap_or_default();
         let mut config = kube::Config::new(url);
         config.default_namespace = "default".into();
+        config.auth_info.token = Some(token.to_string().into());
         config
+    }
+
+    /// Whether an object of the kind, namespace and name of `obj` exists.
+    pub fn has_object(&self, obj: &serde_json::Value) -> bool {
+        let kind = obj["kind"].as_str().unwrap_or("");
+        let group = obj["apiVersion"]
+            .as_str()
+            .and_then(|av| av.rsplit_once('/'))
+            .map_or("", |(g, _)| g);
+        let store = self.state.store();
+        let Some(def) = store.lookup_kind(group, kind) else {
+            return false;
+        };
+        let ns = if def.namespaced {
+            obj["metadata"]["namespace"].as_str().unwrap_or("default")
+        } else {
+            ""
+        };
+        store.get(&def.gr(), ns, meta::name(obj)).is_some()
+    }
+
+    /// The admin's bearer token (`system:masters`).
+    pub fn admin_token(&self) -> &str {
+        &self.state.admin_token
+    }
+
+    /// A token for ServiceAccount `namespace`/`name`, bound to `node`: its
+    /// user carries the node's name in `extra`, as the projected token of a
+    /// pod on that node does. The ServiceAccount (and the node) must exist
+    /// when the token is used; the token stops working when either goes.
+    pub fn service_account_token(&self, namespace: &str, name: &str, node: Option<&str>) -> String {
+        self.state
+            .tokens
+            .issue_service_account(namespace, name, node)
     }
 
     /// A client built from `config`.
@@ -253,10 +297,16 @@ impl SimCluster {
             .unwrap_or_else(|_| unreachable!("an http:// config always builds a client"))
     }
 
-    /// A kubeconfig that kubectl and kube-rs accept for this cluster.
+    /// A kubeconfig that kubectl and kube-rs accept for this cluster, with
+    /// the admin's token.
     pub fn kubeconfig(&self) -> String {
+        self.kubeconfig_as(&self.state.admin_token)
+    }
+
+    /// A kubeconfig that authenticates with `token`.
+    pub fn kubeconfig_as(&self, token: &str) -> String {
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: maintd-sim\n  cluster:\n    server: {url}\ncontexts:\n- name: maintd-sim\n  context:\n    cluster: maintd-sim\n    user: maintd-sim\n    namespace: default\ncurrent-context: maintd-sim\nusers:\n- name: maintd-sim\n  user: {{}}\npreferences: {{}}\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: maintd-sim\n  cluster:\n    server: {url}\ncontexts:\n- name: maintd-sim\n  context:\n    cluster: maintd-sim\n    user: maintd-sim\n    namespace: default\ncurrent-context: maintd-sim\nusers:\n- name: maintd-sim\n  user:\n    token: {token}\npreferences: {{}}\n",
             url = self.url()
         )
     }

@@ -86,6 +86,7 @@ impl Scenario {
         let writer = Writer {
             manager: "scenario".into(),
             force: false,
+            user: None,
         };
         for (index, obj) in objects {
             let kind = obj["kind"].as_str().unwrap_or("").to_string();

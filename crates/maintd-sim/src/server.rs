@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::audit::{AuditEntry, RequestRecord};
+use super::auth::{self, UserInfo};
 use super::errors::{ApiError, success_status};
 use super::eviction;
 use super::faults::FaultyIo;
@@ -25,7 +26,7 @@ use super::select::{FieldSelector, LabelSelector};
 use super::state::SimState;
 use super::store::rv_of;
 use super::verbs::{self, DeleteOptions, Part, PatchType, Writer};
-use super::{discovery, protobuf, scale, table, watch};
+use super::{admission, discovery, protobuf, requestinfo, scale, table, watch};
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
@@ -212,20 +213,48 @@ async fn handle(sim: Arc<SimState>, server: &str, req: Request<Incoming>) -> Res
         .unwrap_or("")
         .to_string();
     let watch = matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
+    // Who asks, then (after any injected fault) whether they may, before
+    // the body is read, as the API server's filters decide before its
+    // handlers run.
+    // Two statements: the store's lock taken for the token is let go
+    // before impersonation takes it again to authorize.
+    let requester = sim.tokens.authenticate(&parts.headers, &sim.store());
+    let authenticated = requester.and_then(|requester| {
+        auth::impersonate(&parts.headers, requester, |who, attrs| {
+            sim.authorize(who, attrs)
+        })
+    });
+    let username = authenticated
+        .as_ref()
+        .map(|u| u.username.clone())
+        .unwrap_or_default();
+    let record = |code: u16| {
+        record_request(&sim, &parts.method, &path, watch, &ua, &username, code);
+    };
     let (fail, delay) = sim.faults.for_request(&parts.method, &path);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
     if let Some(code) = fail {
-        record_request(&sim, &parts.method, &path, watch, &ua, code);
+        record(code);
         return error_response(&ApiError::injected(code));
     }
+    let authorized = authenticated.and_then(|user| {
+        let attrs = requestinfo::attributes(&parts.method, &path, &query);
+        sim.authorize(&user, &attrs).map(|()| Arc::new(user))
+    });
+    let user = match authorized {
+        Ok(user) => user,
+        Err(e) => {
+            record(e.code);
+            return error_response(&e);
+        }
+    };
     let body = match Limited::new(body, sim.config.max_body).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => {
-            let resp = error_response(&ApiError::too_large());
-            record_request(&sim, &parts.method, &path, watch, &ua, 413);
-            return resp;
+            record(413);
+            return error_response(&ApiError::too_large());
         }
     };
     let late = sim.faults.late_commit(&parts.method, &path);
@@ -238,6 +267,7 @@ async fn handle(sim: Arc<SimState>, server: &str, req: Request<Incoming>) -> Res
         body,
         ua: ua.clone(),
         watch,
+        user,
     };
     let resp = match late {
         // A late commit goes on in a task of its own: the client hanging
@@ -294,6 +324,7 @@ struct ReadRequest {
     body: Bytes,
     ua: String,
     watch: bool,
+    user: Arc<UserInfo>,
 }
 
 /// Routes and answers a request, recording it in the audit log.
@@ -302,8 +333,7 @@ async fn process(sim: &Arc<SimState>, server: &str, req: &ReadRequest) -> Respon
         Ok(Route::Doc(doc)) if req.method == Method::GET => json_response(200, &doc),
         Ok(Route::Doc(_)) => error_response(&ApiError::method_not_allowed(req.method.as_str())),
         Ok(Route::Resource(t)) => {
-            let (resp, audit) =
-                resource(sim, &req.method, &req.headers, &req.query, t, &req.body).await;
+            let (resp, audit) = resource(sim, req, t).await;
             if let Some(mut entry) = audit {
                 entry.code = resp.status().as_u16();
                 entry.rv = sim.store().current_rv();
@@ -320,18 +350,28 @@ async fn process(sim: &Arc<SimState>, server: &str, req: &ReadRequest) -> Respon
         &req.path,
         req.watch,
         &req.ua,
+        &req.user.username,
         resp.status().as_u16(),
     );
     resp
 }
 
-fn record_request(sim: &SimState, method: &Method, path: &str, watch: bool, ua: &str, code: u16) {
+fn record_request(
+    sim: &SimState,
+    method: &Method,
+    path: &str,
+    watch: bool,
+    ua: &str,
+    user: &str,
+    code: u16,
+) {
     sim.audit.record_request(RequestRecord {
         t_ms: 0,
         method: method.to_string(),
         path: path.to_string(),
         watch,
         user_agent: ua.to_string(),
+        user: user.to_string(),
         code,
     });
 }
@@ -380,7 +420,7 @@ fn wants_table(headers: &HeaderMap) -> bool {
         .is_some_and(|a| a.contains("as=Table"))
 }
 
-fn writer(headers: &HeaderMap, query: &HashMap<String, String>) -> Writer {
+fn writer(headers: &HeaderMap, query: &HashMap<String, String>, user: &Arc<UserInfo>) -> Writer {
     let ua = headers
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
@@ -391,17 +431,18 @@ fn writer(headers: &HeaderMap, query: &HashMap<String, String>) -> Writer {
             .cloned()
             .unwrap_or_else(|| ua.split('/').next().unwrap_or("unknown").to_string()),
         force: query.get("force").is_some_and(|f| f == "true"),
+        user: Some(user.clone()),
     }
 }
 
 async fn resource(
     sim: &Arc<SimState>,
-    method: &Method,
-    headers: &HeaderMap,
-    query: &HashMap<String, String>,
+    req: &ReadRequest,
     t: Target,
-    body: &Bytes,
 ) -> (Response<Body>, Option<AuditEntry>) {
+    let (method, headers, query, body) = (&req.method, &req.headers, &req.query, &req.body);
+    let writer =
+        |headers: &HeaderMap, query: &HashMap<String, String>| writer(headers, query, &req.user);
     let ns = t.namespace.clone().unwrap_or_default();
     let mut audit = AuditEntry {
         time: String::new(),
@@ -484,6 +525,16 @@ async fn resource(
                 audit.verb = "evict".into();
                 let ev = parse_body(headers, body)?;
                 audit.uid = sim.store().get(&t.def.gr(), &ns, name).map(|p| p["metadata"]["uid"].as_str().unwrap_or_default().to_string());
+                admission::admit(&sim.store(), &admission::Request {
+                    operation: admission::Operation::Create,
+                    def: &t.def,
+                    subresource: "eviction",
+                    namespace: &ns,
+                    name,
+                    object: Some(&ev),
+                    old_object: None,
+                    user: &req.user,
+                })?;
                 eviction::evict(sim, &ns, name, &ev)?;
                 Ok((201, success_status(201)))
             }
@@ -521,6 +572,7 @@ async fn resource(
                 if query.get("propagationPolicy").is_some_and(|p| p == "Orphan") {
                     opts.orphan = true;
                 }
+                opts.user = Some(req.user.clone());
                 audit.uid = sim.store().get(&t.def.gr(), &ns, name).map(|p| p["metadata"]["uid"].as_str().unwrap_or_default().to_string());
                 if t.def.gr() == Gr::pods() {
                     let ua = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("");

@@ -63,6 +63,11 @@ pub struct SimState {
     pub watches: super::watch::OpenWatches,
     pub config: SimConfig,
     pub started: Instant,
+    /// The bearer tokens this cluster issued, and who each one is.
+    pub tokens: super::auth::Tokens,
+    /// A token with an admin's rights (`system:masters`), as kubeadm's
+    /// admin.conf carries: what tests, the demo and kubectl act with.
+    pub admin_token: String,
 }
 
 impl SimState {
@@ -71,7 +76,11 @@ impl SimState {
         for def in builtins() {
             store.register(def);
         }
+        let tokens = super::auth::Tokens::default();
+        let admin_token = tokens.issue_admin();
         let sim = Arc::new(SimState {
+            tokens,
+            admin_token,
             store: Mutex::new(store),
             faults: Arc::default(),
             invariants: Invariants::new(config.disruption_lag),
@@ -84,6 +93,7 @@ impl SimState {
         let system = Writer {
             manager: "kube-apiserver".into(),
             force: false,
+            user: None,
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let def = sim.store().resource(&Gr::namespaces());
@@ -108,6 +118,29 @@ impl SimState {
             }
         }
         sim
+    }
+
+    /// Asks RBAC whether `user` may do what `attrs` say, and records the
+    /// question and the answer in the audit log.
+    pub fn authorize(
+        &self,
+        user: &super::auth::UserInfo,
+        attrs: &super::rbac::Attributes,
+    ) -> Result<(), super::errors::ApiError> {
+        let decision = super::rbac::authorize(&self.store(), user, attrs);
+        let res = attrs.resource.as_ref();
+        self.audit
+            .record_authorization(super::audit::AuthorizationRecord {
+                user: user.username.clone(),
+                verb: attrs.verb.clone(),
+                group: res.map(|r| r.group.clone()).unwrap_or_default(),
+                resource: res.map(|r| r.full_resource()).unwrap_or_default(),
+                namespace: res.map(|r| r.namespace.clone()).unwrap_or_default(),
+                name: res.map(|r| r.name.clone()).unwrap_or_default(),
+                path: attrs.path.clone(),
+                allowed: decision.is_ok(),
+            });
+        decision
     }
 
     /// The store, locked. A panic elsewhere while holding the lock must not

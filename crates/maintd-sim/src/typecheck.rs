@@ -17,7 +17,9 @@ use std::fmt::Write as _;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use k8s_openapi::api::{apps, coordination, core, events, policy, rbac, scheduling};
+use k8s_openapi::api::{
+    admissionregistration, apps, coordination, core, events, policy, rbac, scheduling,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
 use super::errors::ApiError;
@@ -130,6 +132,12 @@ pub fn check(def: &ResourceDef, obj: &Value) -> Result<(), Mismatch> {
         ("rbac.authorization.k8s.io", "RoleBinding") => decode::<rbac::v1::RoleBinding>(obj),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => {
             decode::<CustomResourceDefinition>(obj)
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            decode::<admissionregistration::v1::ValidatingAdmissionPolicy>(obj)
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            decode::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>(obj)
         }
         _ => Ok(()),
     }

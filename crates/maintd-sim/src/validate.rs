@@ -33,6 +33,15 @@ pub fn default_new(store: &Store, def: &ResourceDef, obj: &mut Value) {
                 obj["status"]["phase"] = json!("Pending");
             }
         }
+        // A Node's spec and status are Go structs, not pointers: the API
+        // server always serializes both, empty or not.
+        ("", "Node") => {
+            for part in ["spec", "status"] {
+                if !obj[part].is_object() {
+                    obj[part] = json!({});
+                }
+            }
+        }
         ("", "Namespace") => {
             if obj["status"]["phase"].is_null() {
                 obj["status"] = json!({"phase": "Active"});
@@ -136,6 +145,11 @@ pub fn check(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
         }
     }
     match (def.group.as_str(), def.kind.as_str()) {
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            if let Err(why) = super::admission::check_policy(obj) {
+                causes.push(("spec".into(), why));
+            }
+        }
         ("", "Node") => check_taints(&obj["spec"]["taints"], &mut causes),
         ("", "Pod")
             if obj["spec"]["containers"]

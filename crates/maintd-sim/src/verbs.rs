@@ -7,9 +7,12 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::admission;
+use super::auth::UserInfo;
 use super::errors::ApiError;
 use super::meta::{self, now_time};
 use super::patch;
+use super::rbac;
 use super::resources::{Gr, ResourceDef};
 use super::state::SimState;
 use super::store::{Store, rv_of};
@@ -63,6 +66,8 @@ pub struct DeleteOptions {
     pub uid: Option<String>,
     pub resource_version: Option<String>,
     pub orphan: bool,
+    /// The client's user: its deletion passes the admission policies.
+    pub user: Option<Arc<UserInfo>>,
 }
 
 impl DeleteOptions {
@@ -84,15 +89,21 @@ impl DeleteOptions {
                 .as_str()
                 .map(str::to_string),
             orphan: v["propagationPolicy"] == "Orphan" || v["orphanDependents"] == true,
+            user: None,
         })
     }
 }
 
-/// Who makes a write: the field manager and the user agent.
+/// Who makes a write: the field manager, whether an apply forces its
+/// way past conflicts, and the user a client's request came from. A write
+/// with a user passes the admission policies the cluster holds; the
+/// simulated controllers and kubelets write without one (as the real
+/// ones do, the shipped policies never match them).
 #[derive(Debug, Clone, Default)]
 pub struct Writer {
     pub manager: String,
     pub force: bool,
+    pub user: Option<std::sync::Arc<crate::auth::UserInfo>>,
 }
 
 fn check_namespace(store: &Store, def: &ResourceDef, ns: &str) -> Result<(), ApiError> {
@@ -137,7 +148,9 @@ pub fn create(
     } else if let Some(m) = md.as_object_mut() {
         m.remove("namespace");
     }
-    if md["name"].as_str().unwrap_or("").is_empty() {
+    // Admission sees no name for an object whose name the server makes.
+    let generated = md["name"].as_str().unwrap_or("").is_empty();
+    if generated {
         match md["generateName"].as_str() {
             Some(prefix) if !prefix.is_empty() => {
                 md["name"] = json!(format!("{prefix}{}", meta::random_suffix()))
@@ -203,6 +216,21 @@ pub fn create(
         &now_time(),
     );
     check_namespace(&store, def, meta::namespace(&obj))?;
+    if let Some(user) = &writer.user {
+        admission::admit(
+            &store,
+            &admission::Request {
+                operation: admission::Operation::Create,
+                def,
+                subresource: "",
+                namespace: meta::namespace(&obj),
+                name: if generated { "" } else { meta::name(&obj) },
+                object: Some(&obj),
+                old_object: None,
+                user,
+            },
+        )?;
+    }
     let created = store.insert(&gr, obj)?;
     if gr == Gr::crds() {
         register_crd(&mut store, &created)?;
@@ -356,6 +384,22 @@ fn apply_create(
     writer: &Writer,
 ) -> Result<Arc<Value>, ApiError> {
     let gr = def.gr();
+    // An apply that creates the object is a create too: the API server
+    // asks the authorizer for `create` as well as the `patch` it allowed.
+    if let Some(user) = &writer.user {
+        let attrs = rbac::Attributes {
+            verb: "create".into(),
+            resource: Some(rbac::ResourceAttributes {
+                group: gr.group.clone(),
+                resource: gr.plural.clone(),
+                subresource: String::new(),
+                namespace: ns.to_string(),
+                name: name.to_string(),
+            }),
+            path: String::new(),
+        };
+        sim.authorize(user, &attrs)?;
+    }
     typecheck::on_apply(def, ns, name, body)?;
     let mut obj = patch::apply(
         None,
@@ -373,7 +417,11 @@ fn apply_create(
     obj["metadata"]["name"] = json!(name);
     let managed = obj["metadata"]["managedFields"].take();
     let ns = (!ns.is_empty()).then_some(ns);
-    let created = create(sim, def, ns, obj, &Writer::default(), false)?;
+    let creator = Writer {
+        user: writer.user.clone(),
+        ..Writer::default()
+    };
+    let created = create(sim, def, ns, obj, &creator, false)?;
     if managed.is_array() {
         // Keep the apply ownership rather than the plain create's.
         let mut with = (*created).clone();
@@ -493,6 +541,21 @@ fn commit(
         meta::namespace(&new).to_string(),
         meta::name(&new).to_string(),
     );
+    if let Some(user) = &writer.user {
+        admission::admit(
+            store,
+            &admission::Request {
+                operation: admission::Operation::Update,
+                def,
+                subresource: part.subresource().unwrap_or(""),
+                namespace: &ns,
+                name: &name,
+                object: Some(&new),
+                old_object: Some(old),
+                user,
+            },
+        )?;
+    }
     let written = store.replace(&gr, new)?;
     if finished {
         return Ok(remove_now(store, &gr, &ns, &name, false).unwrap_or(written));
@@ -557,6 +620,21 @@ pub fn delete(
                 rv_of(&obj)
             ),
         ));
+    }
+    if let Some(user) = &opts.user {
+        admission::admit(
+            &store,
+            &admission::Request {
+                operation: admission::Operation::Delete,
+                def,
+                subresource: "",
+                namespace: ns,
+                name,
+                object: None,
+                old_object: Some(&obj),
+                user,
+            },
+        )?;
     }
     if gr == Gr::pods() {
         return delete_pod(&mut store, obj, opts);
@@ -680,6 +758,7 @@ pub fn write_status(sim: &SimState, gr: &Gr, ns: &str, name: &str, manager: &str
     let writer = Writer {
         manager: manager.to_string(),
         force: false,
+        user: None,
     };
     if let Err(e) = patch(
         sim,

@@ -99,6 +99,7 @@ pub(super) fn disruption(sim: &SimState, ns: &str) -> Option<Duration> {
         let writer = Writer {
             manager: "disruption-controller".into(),
             force: false,
+            user: None,
         };
         match verbs::update(sim, &def, ns, meta::name(&pdb), Part::Status, new, &writer) {
             Ok(_) => {}
@@ -160,6 +161,7 @@ fn fail_safe(sim: &SimState, def: &ResourceDef, pdb: &Value, why: &str) {
     let writer = Writer {
         manager: "disruption-controller".into(),
         force: false,
+        user: None,
     };
     // A conflict means the budget moved; its event brings the controller back.
     let _ = verbs::update(

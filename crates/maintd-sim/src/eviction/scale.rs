@@ -115,6 +115,7 @@ mod tests {
         let writer = Writer {
             manager: "test".into(),
             force: false,
+            user: None,
         };
         create(sim, &def, Some("default"), obj, &writer, true).expect("created")
     }

@@ -13,6 +13,7 @@ fn writer() -> Writer {
     Writer {
         manager: "test".into(),
         force: false,
+        user: None,
     }
 }
 
