@@ -1,6 +1,7 @@
 //! maintd: a node-local Kubernetes maintenance agent.
 pub mod agent;
 pub mod api;
+pub mod bounds;
 pub mod cli;
 pub mod client;
 pub mod cluster;

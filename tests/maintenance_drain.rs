@@ -622,3 +622,157 @@ async fn a_maintenance_limited_to_one_drain_at_a_time_drains_its_nodes_one_after
     assert!(held.is_empty(), "no slot held once drained: {held:?}");
     stop.cancel();
 }
+
+/// The NodeMaintenance CRD as a cluster that predates its bounds has it:
+/// no ranges, no lengths, no CEL rule. What such a CRD lets through
+/// reaches every agent.
+async fn install_crd_without_bounds(client: &kube::Client) {
+    fn strip(v: &mut serde_json::Value) {
+        if let Some(m) = v.as_object_mut() {
+            for key in [
+                "minimum",
+                "maximum",
+                "maxLength",
+                "minLength",
+                "maxItems",
+                "x-kubernetes-validations",
+            ] {
+                m.remove(key);
+            }
+            m.values_mut().for_each(strip);
+        } else if let Some(a) = v.as_array_mut() {
+            a.iter_mut().for_each(strip);
+        }
+    }
+    install_crd(client).await;
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let mut crd = serde_json::to_value(maintd::api::crd().unwrap()).unwrap();
+    strip(&mut crd["spec"]);
+    let name = crd["metadata"]["name"].as_str().unwrap().to_string();
+    crd["metadata"]["resourceVersion"] =
+        json!(crds.get(&name).await.unwrap().metadata.resource_version);
+    let crd: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
+    crds.replace(&name, &PostParams::default(), &crd)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_with_extreme_values_crash_nothing_and_a_good_one_beside_them_drains() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    install_crd_without_bounds(&client).await;
+    let agent = agent_for(&sim, "node-a");
+    let progress = agent.progress().clone();
+    let stop = CancellationToken::new();
+    tokio::spawn(agent.run(stop.clone()));
+    let nms: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
+    let on_a = |extra: serde_json::Value| {
+        let mut spec = json!({"nodeName": "node-a", "stage": "Drain"});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        spec
+    };
+    // Each asks node-a to drain; none may be acted on, and none may stop
+    // the good one.
+    let bad = [
+        (
+            "timeout-max",
+            on_a(json!({"stageTimeoutSeconds": i64::MAX})),
+            "stageTimeoutSeconds",
+        ),
+        (
+            "timeout-min",
+            on_a(json!({"stageTimeoutSeconds": i64::MIN})),
+            "stageTimeoutSeconds",
+        ),
+        (
+            "timeout-zero",
+            on_a(json!({"stageTimeoutSeconds": 0})),
+            "stageTimeoutSeconds",
+        ),
+        (
+            "slots-max",
+            on_a(json!({"maxConcurrentDrains": i32::MAX})),
+            "maxConcurrentDrains",
+        ),
+        (
+            "slots-negative",
+            on_a(json!({"maxConcurrentDrains": -5})),
+            "maxConcurrentDrains",
+        ),
+        (
+            "slots-too-big",
+            on_a(json!({"maxConcurrentDrains": i64::MAX})),
+            "does not decode",
+        ),
+        (
+            "priority-too-big",
+            on_a(json!({"drainPlan": [{"podType": "Default", "podPriority": i64::MAX}]})),
+            "does not decode",
+        ),
+        (
+            "long-name",
+            json!({"nodeName": "n".repeat(100_000), "stage": "Drain"}),
+            "spec.nodeName",
+        ),
+    ];
+    for (name, spec, _) in &bad {
+        create(&nms, name, spec.clone()).await;
+    }
+    // Valid, at the edges: a week per stage, more slots than nodes, the
+    // lowest and highest priorities, and a selector of a thousand
+    // expressions that still selects node-a.
+    let many: Vec<_> = (0..1000)
+        .map(|i| json!({"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [format!("other-{i}"), "x".repeat(60)]}))
+        .collect();
+    create(
+        &nms,
+        "good",
+        json!({
+            "nodeSelector": {"matchExpressions": many},
+            "stage": "Drain",
+            "stageTimeoutSeconds": maintd::api::MAX_STAGE_TIMEOUT_SECONDS,
+            "maxConcurrentDrains": maintd::api::MAX_CONCURRENT_DRAINS,
+            "drainPlan": [
+                {"podType": "Default", "podPriority": i32::MIN},
+                {"podType": "Default", "podPriority": i32::MAX},
+                {"podType": "DaemonSet", "podPriority": i32::MAX},
+                {"podType": "Static", "podPriority": i32::MAX},
+            ],
+        }),
+    )
+    .await;
+    for (name, _, word) in &bad {
+        let api = nms.clone();
+        eventually(&format!("{name}: the Valid condition names {word}"), || {
+            let api = api.clone();
+            async move {
+                let nm = api.get(name).await.unwrap();
+                nm.data["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|cs| {
+                        cs.iter().any(|c| {
+                            c["type"] == "Valid"
+                                && c["status"] == "False"
+                                && c["message"].as_str().is_some_and(|m| m.contains(word))
+                        })
+                    })
+            }
+        })
+        .await;
+    }
+    eventually("the good object drains node-a", || {
+        let progress = progress.clone();
+        async move { progress.status().phase == Phase::Drained }
+    })
+    .await;
+    let left: Vec<String> = pods_on(&client, "node-a")
+        .await
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    assert_eq!(left, ["pinned"], "every pod but the one marked skip left");
+    stop.cancel();
+}

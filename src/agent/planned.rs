@@ -209,7 +209,10 @@ impl Reconciler {
         let left = until.duration_since(jiff::Timestamp::now());
         let left = std::time::Duration::try_from(left).unwrap_or_default();
         // A moment late rather than early: the window must be open by then.
-        Some(tokio::time::Instant::now() + left + std::time::Duration::from_millis(200))
+        Some(crate::bounds::later(
+            tokio::time::Instant::now(),
+            left.saturating_add(std::time::Duration::from_millis(200)),
+        ))
     }
 
     /// Gives back the slot this node holds, in the background.

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::bounds::{later, seconds};
+
 use super::Agent;
 use super::reconcile::Reconciler;
 use crate::drain::progress::EventKind;
@@ -234,8 +236,7 @@ impl Reconciler {
                 .iter()
                 .find(|m| crate::drain::executor::is_manifest_of(m, pod, &agent.config.node))?;
             let moved = moved_at(&stash.stash_dir.join(&m.file))?;
-            let grace = Duration::from_secs(pod.grace_seconds.max(0).unsigned_abs());
-            done = done.max(moved + grace);
+            done = done.max(later(moved, seconds(pod.grace_seconds)));
         }
         Some(done)
     }
@@ -255,8 +256,7 @@ impl Reconciler {
         if let Some(stash) = &agent.drainer.stash {
             for m in stash.stashed_manifests().unwrap_or_default() {
                 if let Some(moved) = moved_at(&stash.stash_dir.join(&m.file)) {
-                    let grace = Duration::from_secs(m.grace_seconds.max(0).unsigned_abs());
-                    earlier_done = earlier_done.max(moved + grace);
+                    earlier_done = earlier_done.max(later(moved, seconds(m.grace_seconds)));
                 }
             }
             match stash.manifests() {
@@ -276,9 +276,7 @@ impl Reconciler {
                 Err(e) => what = format!("static pods could not be stopped: {e}"),
             }
         }
-        let release_at = (now + Duration::from_secs(grace.max(0).unsigned_abs()))
-            .max(earlier_done)
-            .min(deadline);
+        let release_at = later(now, seconds(grace)).max(earlier_done).min(deadline);
         let message = format!(
             "the API server has not answered for {}s during the shutdown: nothing more can be evicted; {what}; releasing the lock in {}s, after their grace",
             quiet.as_secs(),

@@ -30,7 +30,10 @@ use crate::drain::plan::PlanEntry;
 pub use schema::{CrdError, crd, crd_yaml, nodedrain_crd};
 pub use select::{Effective, effective, selects};
 pub use stage::Stage;
-pub use validate::{MAX_PLAN_ENTRIES, MAX_REASON_LEN, parse, validate};
+pub use validate::{
+    MAX_CONCURRENT_DRAINS, MAX_NODE_NAME_LEN, MAX_PLAN_ENTRIES, MAX_REASON_LEN,
+    MAX_STAGE_TIMEOUT_SECONDS, parse, validate,
+};
 
 /// API group of maintd's resources.
 pub const GROUP: &str = "maintd.io";

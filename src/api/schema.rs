@@ -5,7 +5,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
-use super::{MAX_PLAN_ENTRIES, MAX_REASON_LEN, NodeMaintenance};
+use super::{
+    MAX_CONCURRENT_DRAINS, MAX_NODE_NAME_LEN, MAX_PLAN_ENTRIES, MAX_REASON_LEN,
+    MAX_STAGE_TIMEOUT_SECONDS, NodeMaintenance,
+};
 
 /// Why the CRD could not be produced (a bug in the types, not user input).
 #[derive(Debug, thiserror::Error)]
@@ -22,7 +25,9 @@ pub enum CrdError {
 /// - CEL: exactly one of `nodeName` and `nodeSelector`;
 /// - `status.nodes` a list-map keyed by `nodeName` (so each agent's
 ///   server-side apply owns its own entry), `status.conditions` keyed by `type`;
-/// - size limits on `drainPlan` and `reason`, a positive `stageTimeoutSeconds`.
+/// - size limits on `drainPlan`, `reason` and `nodeName`, and ranges for
+///   `stageTimeoutSeconds` and `maxConcurrentDrains`: the agent checks the
+///   same, for clusters that apply an older CRD.
 pub fn crd() -> Result<CustomResourceDefinition, CrdError> {
     let mut v = serde_json::to_value(NodeMaintenance::crd())?;
     drop_null_enum_values(&mut v);
@@ -50,7 +55,21 @@ pub fn crd() -> Result<CustomResourceDefinition, CrdError> {
     set(props, "drainPlan", "maxItems", json!(MAX_PLAN_ENTRIES))?;
     set(props, "reason", "maxLength", json!(MAX_REASON_LEN))?;
     set(props, "stageTimeoutSeconds", "minimum", json!(1))?;
+    set(
+        props,
+        "stageTimeoutSeconds",
+        "maximum",
+        json!(MAX_STAGE_TIMEOUT_SECONDS),
+    )?;
+    set(props, "maxConcurrentDrains", "minimum", json!(1))?;
+    set(
+        props,
+        "maxConcurrentDrains",
+        "maximum",
+        json!(MAX_CONCURRENT_DRAINS),
+    )?;
     set(props, "nodeName", "minLength", json!(1))?;
+    set(props, "nodeName", "maxLength", json!(MAX_NODE_NAME_LEN))?;
     // Not nullable: a null is pruned, so `has()` in the CEL rule means "set".
     for field in ["nodeName", "nodeSelector", "stageTimeoutSeconds"] {
         if let Some(f) = props.get_mut(field).and_then(Value::as_object_mut) {

@@ -75,7 +75,19 @@ fn validate_names_every_problem() {
         ),
         (
             json!({"nodeName": "a", "stageTimeoutSeconds": 0}),
-            &["spec.stageTimeoutSeconds is 0; give a positive number"],
+            &["spec.stageTimeoutSeconds is 0; give 1 to 604800 seconds"],
+        ),
+        (
+            json!({"nodeName": "a", "stageTimeoutSeconds": i64::MAX}),
+            &["spec.stageTimeoutSeconds is 9223372036854775807; give 1 to 604800 seconds"],
+        ),
+        (
+            json!({"nodeName": "a", "maxConcurrentDrains": i32::MAX}),
+            &["spec.maxConcurrentDrains is 2147483647; give 1 to 100000"],
+        ),
+        (
+            json!({"nodeName": "n".repeat(254)}),
+            &["spec.nodeName is 254 bytes long; a node name has at most 253"],
         ),
         (
             json!({"stage": "Later", "nodeName": "a", "nodeSelector": {}}),

@@ -12,6 +12,14 @@ use crate::drain::plan::{PlanError, selector_matches, validate_entries};
 pub const MAX_PLAN_ENTRIES: usize = 1000;
 /// Longest `spec.reason`, in bytes (the CRD's `maxLength` too).
 pub const MAX_REASON_LEN: usize = 1024;
+/// Longest `spec.stageTimeoutSeconds` (the CRD's `maximum` too): a week. A
+/// stage that may take longer has no timeout worth the name.
+pub const MAX_STAGE_TIMEOUT_SECONDS: i64 = 7 * 24 * 3600;
+/// Largest `spec.maxConcurrentDrains` (the CRD's `maximum` too): more than
+/// any cluster has nodes.
+pub const MAX_CONCURRENT_DRAINS: i32 = 100_000;
+/// Longest `spec.nodeName`: a DNS subdomain, as Node names are.
+pub const MAX_NODE_NAME_LEN: usize = 253;
 
 /// Decodes an object from the API. Stages are read leniently (see
 /// [`Stage`]); anything else that does not fit the type is an error naming
@@ -70,17 +78,25 @@ pub fn validate(nm: &NodeMaintenance) -> Result<(), Vec<String>> {
         ));
     }
     if let Some(n) = spec.max_concurrent_drains
-        && n <= 0
+        && !(1..=MAX_CONCURRENT_DRAINS).contains(&n)
     {
         problems.push(format!(
-            "spec.maxConcurrentDrains is {n}; give at least 1, or leave it unset to drain every selected node at once"
+            "spec.maxConcurrentDrains is {n}; give 1 to {MAX_CONCURRENT_DRAINS}, or leave it unset to drain every selected node at once"
         ));
     }
     if let Some(t) = spec.stage_timeout_seconds
-        && t <= 0
+        && !(1..=MAX_STAGE_TIMEOUT_SECONDS).contains(&t)
     {
         problems.push(format!(
-            "spec.stageTimeoutSeconds is {t}; give a positive number of seconds or leave it unset"
+            "spec.stageTimeoutSeconds is {t}; give 1 to {MAX_STAGE_TIMEOUT_SECONDS} seconds (a week) or leave it unset"
+        ));
+    }
+    if let Some(name) = &spec.node_name
+        && name.len() > MAX_NODE_NAME_LEN
+    {
+        problems.push(format!(
+            "spec.nodeName is {} bytes long; a node name has at most {MAX_NODE_NAME_LEN}",
+            name.len()
         ));
     }
     if problems.is_empty() {

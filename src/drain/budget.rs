@@ -103,7 +103,7 @@ pub struct Escalation {
 /// its stage's share ends; never before the stage starts.
 pub fn escalation(share: Duration, termination_grace_seconds: i64) -> Escalation {
     let half = share / 2;
-    let own = Duration::from_secs(u64::try_from(termination_grace_seconds).unwrap_or(0));
+    let own = crate::bounds::seconds(termination_grace_seconds);
     let grace = own.min(half).as_secs().max(1);
     Escalation {
         at: share.saturating_sub(Duration::from_secs(grace)),
@@ -130,7 +130,7 @@ pub fn deletion_grace(planned_seconds: i64, share_left: Duration, budget_left: D
 pub fn stage_gives_up_at(share: Duration, deletions: &[(Duration, i64)]) -> Duration {
     deletions
         .iter()
-        .map(|(at, grace)| *at + Duration::from_secs(u64::try_from(*grace).unwrap_or(0)))
+        .map(|(at, grace)| at.saturating_add(crate::bounds::seconds(*grace)))
         .fold(share, Duration::max)
 }
 

@@ -88,7 +88,7 @@ pub fn contribute(effective: Option<&Effective>, desired: &mut Desired) {
         desired.stage_timeout = e
             .stage_timeout_seconds
             .filter(|s| *s > 0)
-            .map(|s| std::time::Duration::from_secs(s.unsigned_abs()));
+            .map(crate::bounds::seconds);
     }
 }
 

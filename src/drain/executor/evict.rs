@@ -239,8 +239,8 @@ impl Drainer {
             if self.book().state.get(&pod.uid).map(|s| s.0) == Some(PodState::Blocked) {
                 return None;
             }
-            let grace = Duration::from_secs(u64::try_from(pod.grace_seconds).unwrap_or(0));
-            return Some(since + grace + OVERDUE_AFTER_GRACE);
+            let grace = crate::bounds::seconds(pod.grace_seconds);
+            return Some(crate::bounds::later(since, grace + OVERDUE_AFTER_GRACE));
         }
         let deletion: jiff::Timestamp = obj["metadata"]["deletionTimestamp"]
             .as_str()?
@@ -248,7 +248,10 @@ impl Drainer {
             .ok()?;
         let left = deletion.duration_since(jiff::Timestamp::now());
         let left = Duration::try_from(left).unwrap_or(Duration::ZERO);
-        Some(Instant::now() + left + OVERDUE_AFTER_GRACE)
+        Some(crate::bounds::later(
+            Instant::now(),
+            left.min(crate::bounds::FAR) + OVERDUE_AFTER_GRACE,
+        ))
     }
 
     fn overdue_reason(&self, pod: &PlannedPod, obj: &Value) -> String {

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
+
+use crate::bounds::later;
 use tokio_util::sync::CancellationToken;
 
 use super::{DrainOptions, Drainer, TimeoutPolicy};
@@ -91,7 +93,7 @@ impl Drainer {
                 .map(|x| {
                     let e = budget::escalation(t, x.grace_seconds);
                     Planned {
-                        at: started + e.at,
+                        at: later(started, e.at),
                         uid: x.uid.clone(),
                         grace_seconds: e.grace_seconds,
                     }
@@ -108,12 +110,12 @@ impl Drainer {
             // Only once every planned deletion is out: the last grace counts.
             let give_up_at = match (share, timeout) {
                 (Some(_), Some(t)) if schedule.is_empty() => {
-                    Some(started + budget::stage_gives_up_at(t, &deletions))
+                    Some(later(started, budget::stage_gives_up_at(t, &deletions)))
                 }
                 _ => None,
             };
             let timed_out_at = match timeout {
-                Some(t) if share.is_none() && !reported_timeout => Some(started + t),
+                Some(t) if share.is_none() && !reported_timeout => Some(later(started, t)),
                 _ => None,
             };
             tokio::select! {
@@ -132,7 +134,7 @@ impl Drainer {
                 }
                 _ = sleep_until(escalate_at) => {
                     let now = Instant::now();
-                    let share_end = started + timeout.unwrap_or_default();
+                    let share_end = later(started, timeout.unwrap_or_default());
                     let mut due_now = Vec::new();
                     while schedule.front().is_some_and(|d| d.at <= now) {
                         let Some(due) = schedule.pop_front() else { break };
