@@ -1,5 +1,5 @@
 //! The client side of `maintd status`, `maintd drain` and `maintd undrain`:
-//! HTTP over TCP to the agent's node-local endpoint.
+//! HTTP to the agent's unix socket (or, for reads, to a TCP listener).
 
 use std::time::Duration;
 
@@ -7,8 +7,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
 
-/// The local endpoint's default address (`--listen-local` of `maintd run`).
-pub const DEFAULT_ENDPOINT: &str = "127.0.0.1:9478";
+/// The agent's unix socket by default (`--listen-local` of `maintd run`),
+/// where drain requests are taken.
+pub const DEFAULT_SOCKET: &str = "/run/maintd/maintd.sock";
 
 /// How long one request to the agent may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -21,7 +22,7 @@ pub const EXIT_TIMEOUT: i32 = 2;
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     #[error(
-        "cannot reach maintd's local endpoint at {addr} ({why}): is the agent running on this node with --listen-local {addr}? Use --endpoint for another address"
+        "cannot reach maintd's local endpoint at {addr} ({why}): is the agent running on this node with --listen-local {addr}, and are you root? Use --endpoint for another socket"
     )]
     Unreachable { addr: String, why: String },
     #[error("maintd at {addr} did not answer within {REQUEST_TIMEOUT:?}")]
@@ -44,14 +45,11 @@ pub enum CliError {
 /// A client for one agent's local endpoint.
 pub struct LocalClient {
     addr: String,
-    client: hyper_util::client::legacy::Client<
-        hyper_util::client::legacy::connect::HttpConnector,
-        Full<Bytes>,
-    >,
 }
 
 impl LocalClient {
-    /// `addr` is host:port (an `http://` prefix is accepted).
+    /// `addr` is the path of the agent's unix socket, or host:port of a TCP
+    /// listener (an `http://` prefix is accepted).
     pub fn new(addr: &str) -> LocalClient {
         let addr = addr
             .trim()
@@ -59,10 +57,43 @@ impl LocalClient {
             .trim_end_matches('/');
         LocalClient {
             addr: addr.to_string(),
-            client: hyper_util::client::legacy::Client::builder(
-                hyper_util::rt::TokioExecutor::new(),
-            )
-            .build_http(),
+        }
+    }
+
+    /// Whether the address is a unix socket's path.
+    fn is_socket(&self) -> bool {
+        self.addr.contains('/')
+    }
+
+    /// One request on a new connection.
+    async fn send(
+        &self,
+        req: http::Request<Full<Bytes>>,
+    ) -> Result<http::Response<hyper::body::Incoming>, String> {
+        async fn over<S>(
+            stream: S,
+            req: http::Request<Full<Bytes>>,
+        ) -> Result<http::Response<hyper::body::Incoming>, String>
+        where
+            S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+        {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+                .await
+                .map_err(|e| e.to_string())?;
+            tokio::spawn(conn);
+            sender.send_request(req).await.map_err(|e| e.to_string())
+        }
+        if self.is_socket() {
+            let stream = tokio::net::UnixStream::connect(&self.addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            over(stream, req).await
+        } else {
+            let stream = tokio::net::TcpStream::connect(&self.addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            over(stream, req).await
         }
     }
 
@@ -72,27 +103,24 @@ impl LocalClient {
             why,
         };
         let bytes = body.map(|b| b.to_string()).unwrap_or_default();
+        let host = if self.is_socket() {
+            "localhost"
+        } else {
+            &self.addr
+        };
         let req = http::Request::builder()
             .method(method)
-            .uri(format!("http://{}{path}", self.addr))
+            .uri(path)
+            .header(http::header::HOST, host)
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(bytes)))
             .map_err(|e| unreachable(format!("not a valid address: {e}")))?;
-        let resp = tokio::time::timeout(REQUEST_TIMEOUT, self.client.request(req))
+        let resp = tokio::time::timeout(REQUEST_TIMEOUT, self.send(req))
             .await
             .map_err(|_| CliError::Timeout {
                 addr: self.addr.clone(),
             })?
-            .map_err(|e| {
-                use std::error::Error;
-                let mut why = e.to_string();
-                let mut src = e.source();
-                while let Some(s) = src {
-                    why = s.to_string();
-                    src = s.source();
-                }
-                unreachable(why)
-            })?;
+            .map_err(unreachable)?;
         let code = resp.status();
         let body = tokio::time::timeout(REQUEST_TIMEOUT, resp.into_body().collect())
             .await

@@ -46,14 +46,21 @@ pub struct AgentArgs {
     /// What to do when a stage times out.
     #[arg(long, value_enum, default_value_t = TimeoutPolicy::Wait)]
     pub on_stage_timeout: TimeoutPolicy,
-    /// The read-only endpoint (status, health, metrics), reachable on the
-    /// pod network. Empty to turn it off.
-    #[arg(long, env = "MAINTD_LISTEN", default_value = "0.0.0.0:9477")]
+    /// The read-only endpoint (status, health, metrics). Loopback by
+    /// default; give the node's address (or 0.0.0.0) for Prometheus to
+    /// scrape it. Empty to turn it off.
+    #[arg(long, env = "MAINTD_LISTEN", default_value = "127.0.0.1:9477")]
     pub listen: String,
-    /// The node-local endpoint, which also takes drain requests: loopback of
-    /// the host network only. Empty to turn it off.
-    #[arg(long, env = "MAINTD_LISTEN_LOCAL", default_value = "127.0.0.1:9478")]
+    /// The unix socket that takes drain requests (`maintd drain`), from root
+    /// or maintd's own user only. A loopback address:port instead serves
+    /// FleetLock there (as --listen-fleetlock) and no socket. Empty to turn
+    /// it off.
+    #[arg(long, env = "MAINTD_LISTEN_LOCAL", default_value = crate::cli::DEFAULT_SOCKET)]
     pub listen_local: String,
+    /// Serve FleetLock (Zincati's reboot coordination) on this loopback
+    /// address:port, e.g. 127.0.0.1:9478. Off by default.
+    #[arg(long, env = "MAINTD_LISTEN_FLEETLOCK", default_value = "")]
+    pub listen_fleetlock: String,
     /// Hold a logind delay lock and drain before the node shuts down.
     #[arg(long, env = "MAINTD_INHIBIT_SHUTDOWN", default_value_t = true, action = clap::ArgAction::Set)]
     pub inhibit_shutdown: bool,
@@ -111,7 +118,10 @@ pub struct Config {
     pub stage_timeout: Option<Duration>,
     pub on_stage_timeout: TimeoutPolicy,
     pub listen: Option<std::net::SocketAddr>,
-    pub listen_local: Option<std::net::SocketAddr>,
+    /// The unix socket that takes drain requests.
+    pub listen_local: Option<PathBuf>,
+    /// FleetLock's loopback listener.
+    pub listen_fleetlock: Option<std::net::SocketAddr>,
     /// Hold a shutdown delay lock (None: don't).
     pub shutdown: Option<ShutdownSettings>,
     /// Nodes of one group that may hold a reboot slot at once.
@@ -211,21 +221,31 @@ impl AgentArgs {
                     })
             };
         let listen = addr("--listen", &self.listen)?;
-        let listen_local = addr("--listen-local", &self.listen_local)?;
-        if let Some(a) = listen_local
+        let (listen_local, mut listen_fleetlock) = if self.listen_local.contains('/') {
+            (Some(PathBuf::from(self.listen_local.trim())), None)
+        } else {
+            (None, addr("--listen-local", &self.listen_local)?)
+        };
+        if let Some(a) = addr("--listen-fleetlock", &self.listen_fleetlock)? {
+            listen_fleetlock = Some(a);
+        }
+        if let Some(a) = listen_fleetlock
             && !a.ip().is_loopback()
         {
             return Err(ConfigError::Invalid {
-                name: "--listen-local",
+                name: "--listen-fleetlock",
                 why: format!(
-                    "{a} is not a loopback address; the local endpoint changes state and must not be reachable from the network"
+                    "{a} is not a loopback address; FleetLock takes reboot slots and must not be reachable from the network"
                 ),
             });
         }
-        if !self.shutdown_margin_seconds.is_finite() || self.shutdown_margin_seconds < 0.0 {
+        if !(0.0..=3600.0).contains(&self.shutdown_margin_seconds) {
             return Err(ConfigError::Invalid {
                 name: "--shutdown-margin-seconds",
-                why: "must be a non-negative number of seconds".into(),
+                why: format!(
+                    "{} is not 0 to 3600 seconds (the margin is kept out of logind's delay, which is minutes)",
+                    self.shutdown_margin_seconds
+                ),
             });
         }
         let shutdown = self.inhibit_shutdown.then(|| ShutdownSettings {
@@ -276,6 +296,7 @@ impl AgentArgs {
             shutdown,
             listen,
             listen_local,
+            listen_fleetlock,
             node,
             own_pod,
             drain_taints,
@@ -306,6 +327,7 @@ impl Config {
             on_stage_timeout: TimeoutPolicy::Wait,
             listen: None,
             listen_local: None,
+            listen_fleetlock: None,
             shutdown: None,
             reboot_slots: 1,
             medik8s: false,
@@ -356,6 +378,10 @@ mod tests {
             (&["--node", "n", "--drain-taint", ","], "--drain-taint"),
             (&["--node", "n", "--listen", "nowhere"], "--listen"),
             (&["--node", "n", "--listen-local", "0.0.0.0:1"], "loopback"),
+            (
+                &["--node", "n", "--listen-fleetlock", "10.0.0.1:9478"],
+                "loopback",
+            ),
             (&["--node", "n", "--reboot-slots", "0"], "--reboot-slots"),
             (
                 &["--node", "n", "--shutdown-margin-seconds=-1"],
@@ -364,6 +390,14 @@ mod tests {
             (
                 &["--node", "n", "--shutdown-margin-seconds=NaN"],
                 "--shutdown-margin-seconds",
+            ),
+            (
+                &["--node", "n", "--shutdown-margin-seconds=1e300"],
+                "--shutdown-margin-seconds",
+            ),
+            (
+                &["--node", "n", "--api-timeout-seconds=1e300"],
+                "--api-timeout-seconds",
             ),
         ];
         for (args, want) in cases {

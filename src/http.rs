@@ -1,13 +1,21 @@
-//! The node-local HTTP endpoint (hyper): status JSON, health and readiness.
-//! Two listeners: a read-only one (pod network: status, health, metrics)
-//! and a local one (host loopback) that also takes drain requests
-//! (`POST /v1/drain`, `POST /v1/undrain`). The read-only listener answers
-//! 404 for those paths and never acts on them.
-//! Requests are bounded: a body limit, a header read timeout and a
-//! per-request timeout, so a slow or hostile client cannot hold the agent.
+//! The agent's HTTP endpoint (hyper): status JSON, health, readiness,
+//! metrics, and the requests that change state. Three listeners, each
+//! serving what its [`Role`] allows:
+//! - read-only (TCP, loopback by default): status, health, metrics;
+//! - local (a unix socket, mode 0600): also drain requests (`POST
+//!   /v1/drain`, `/v1/undrain`), taken only from root or maintd's own user,
+//!   as the kernel tells the caller's uid (`SO_PEERCRED`);
+//! - FleetLock (loopback TCP, opt-in): Zincati's `pre-reboot` and
+//!   `steady-state`, which take a reboot slot and never carry a deadline.
+//!
+//! Requests are bounded: a cap on open connections per listener, small
+//! header buffers, a body limit (a body is read only where one is
+//! expected), a header read timeout and a per-request timeout, so a slow or
+//! hostile client cannot hold the agent or grow it.
 
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,7 +23,9 @@ use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use serde_json::json;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::drain::progress::Progress;
@@ -39,8 +49,8 @@ pub struct Endpoint {
     pub views: Views,
     /// The shutdown lock, when the agent holds one.
     pub inhibitor: Option<tokio::sync::watch::Receiver<crate::inhibitor::InhibitorStatus>>,
-    /// Whether this listener may change state (local listener only).
-    pub local: bool,
+    /// What this listener serves.
+    pub role: Role,
     /// The agent's local drain requests (changed on the local listener only).
     pub local_requests: LocalRequests,
     pub metrics: Arc<Metrics>,
@@ -50,6 +60,54 @@ pub struct Endpoint {
     pub static_pods: crate::drain::static_path::StaticPodDir,
     /// The agent's API health: the calls refused of late make it not ready.
     pub api: crate::index::ApiHealth,
+    /// Listeners that could not be opened: each makes the agent not ready.
+    pub listen_errors: Arc<Mutex<Vec<String>>>,
+}
+
+/// What one listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Status, health, metrics: nothing that changes state.
+    ReadOnly,
+    /// The unix socket: also drain requests and FleetLock, from root or
+    /// maintd's own user.
+    Local,
+    /// Loopback TCP for Zincati: FleetLock and the reads.
+    FleetLock,
+}
+
+impl Role {
+    fn label(self) -> &'static str {
+        match self {
+            Role::ReadOnly => "readonly",
+            Role::Local => "local",
+            Role::FleetLock => "fleetlock",
+        }
+    }
+
+    /// At most this many connections are open at once; more are closed as
+    /// they arrive (a probe or a scrape is one connection at a time).
+    fn max_connections(self) -> usize {
+        match self {
+            Role::ReadOnly => 64,
+            Role::Local | Role::FleetLock => 16,
+        }
+    }
+}
+
+/// Who is on the other end of a connection, as the kernel says.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Peer {
+    /// The caller's uid, on the unix socket.
+    pub uid: Option<u32>,
+}
+
+/// Where the agent listens.
+#[derive(Debug, Clone, Default)]
+pub struct Listeners {
+    pub readonly: Option<std::net::SocketAddr>,
+    pub local: Option<PathBuf>,
+    pub fleetlock: Option<std::net::SocketAddr>,
 }
 
 /// The body of `POST /v1/drain`.
@@ -67,6 +125,9 @@ const MAX_REASON: usize = 256;
 const MAX_DEADLINE_SECONDS: f64 = 7.0 * 24.0 * 3600.0;
 
 const MAX_BODY: usize = 64 * 1024;
+/// The most a connection buffers while reading a request's headers (hyper's
+/// smallest allowed).
+const MAX_HEADER_BUFFER: usize = 8192;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn respond(code: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
@@ -139,6 +200,13 @@ impl Endpoint {
             }
         }
         why.extend(self.api.refusals.recent());
+        why.extend(
+            self.listen_errors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned(),
+        );
         if let Some(i) = &self.inhibitor {
             let st = i.borrow();
             if !st.held && !st.preparing {
@@ -154,16 +222,22 @@ impl Endpoint {
         why
     }
 
-    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: Peer) -> Response<Full<Bytes>> {
         let (parts, body) = req.into_parts();
-        let body = match Limited::new(body, MAX_BODY).collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(_) => {
-                return error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "the request body is larger than 64 KiB (or was cut off)",
-                );
+        // Only a POST carries a body worth reading; any other is left
+        // unread (the connection then closes after the answer).
+        let body = if parts.method == Method::POST {
+            match Limited::new(body, MAX_BODY).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(_) => {
+                    return error(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "the request body is larger than 64 KiB (or was cut off)",
+                    );
+                }
             }
+        } else {
+            Bytes::new()
         };
         match (&parts.method, parts.uri.path()) {
             (&Method::GET, "/healthz") => respond(StatusCode::OK, json!({"ok": true})),
@@ -190,10 +264,22 @@ impl Endpoint {
             (_, "/healthz" | "/readyz" | "/v1/status" | "/metrics") => {
                 error(StatusCode::METHOD_NOT_ALLOWED, "use GET")
             }
-            // Mutating paths do not exist on the read-only listener.
-            (_, "/v1/drain" | "/v1/undrain") if !self.local => error(
+            // Drain requests are taken on the unix socket alone, from root
+            // or maintd's own user.
+            (_, "/v1/drain" | "/v1/undrain") if self.role != Role::Local => error(
                 StatusCode::NOT_FOUND,
-                "drain requests are served on the node-local endpoint only (default 127.0.0.1:9478)",
+                &format!(
+                    "drain requests are taken on maintd's unix socket only (default {}); `maintd drain` uses it",
+                    crate::cli::DEFAULT_SOCKET
+                ),
+            ),
+            (&Method::POST, "/v1/drain" | "/v1/undrain") if !may_change_state(peer) => error(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "only root or maintd's own user (uid {}) may ask for a drain; this caller is uid {}",
+                    nix::unistd::geteuid(),
+                    peer.uid.map_or("unknown".to_string(), |u| u.to_string())
+                ),
             ),
             (&Method::POST, "/v1/drain") => self.drain(&body),
             (&Method::POST, "/v1/undrain") => {
@@ -219,10 +305,16 @@ impl Endpoint {
                 respond(StatusCode::ACCEPTED, status)
             }
             (_, "/v1/drain" | "/v1/undrain") => error(StatusCode::METHOD_NOT_ALLOWED, "use POST"),
-            (_, "/v1/pre-reboot" | "/v1/steady-state") if !self.local => error(
+            (_, "/v1/pre-reboot" | "/v1/steady-state") if self.role == Role::ReadOnly => error(
                 StatusCode::NOT_FOUND,
-                "FleetLock is served on the node-local endpoint only (default 127.0.0.1:9478)",
+                "FleetLock is served on its own loopback listener only (--listen-fleetlock)",
             ),
+            (&Method::POST, "/v1/pre-reboot" | "/v1/steady-state") if !may_change_state(peer) => {
+                error(
+                    StatusCode::FORBIDDEN,
+                    "only root or maintd's own user may use FleetLock on the unix socket",
+                )
+            }
             (&Method::POST, path @ ("/v1/pre-reboot" | "/v1/steady-state")) => {
                 match &self.fleetlock {
                     None => error(
@@ -299,68 +391,223 @@ impl Endpoint {
                 );
             }
         };
-        self.local_requests.request(&reason, deadline);
+        self.local_requests.request(
+            crate::trigger::local::LocalSource::Request,
+            &reason,
+            deadline,
+        );
         respond(StatusCode::ACCEPTED, self.status_json())
     }
 }
 
-/// Binds the read-only listener (`readonly`) and the local one (`local`,
-/// which may change state) and serves `endpoint` on each until `stop`; a
-/// listener that cannot bind is reported and the agent goes on without it.
-pub async fn start(
-    endpoint: Endpoint,
-    readonly: Option<std::net::SocketAddr>,
-    local: Option<std::net::SocketAddr>,
-    stop: &CancellationToken,
-) {
-    for (addr, is_local) in [(readonly, false), (local, true)] {
+/// Whether `peer` may change state: a TCP caller (the FleetLock listener,
+/// loopback only) or, on the unix socket, root or maintd's own user.
+fn may_change_state(peer: Peer) -> bool {
+    peer.uid
+        .is_none_or(|uid| uid == 0 || uid == nix::unistd::geteuid().as_raw())
+}
+
+/// Opens each listener of `listeners` and serves `endpoint` on it until
+/// `stop`. A listener that cannot be opened is logged, and makes the agent
+/// not ready, saying why (the agent goes on without it: the shutdown lock
+/// matters more than any endpoint).
+pub async fn start(endpoint: Endpoint, listeners: &Listeners, stop: &CancellationToken) {
+    let failed = |what: String| {
+        tracing::error!("{what}");
+        endpoint
+            .listen_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(what);
+    };
+    let with_role = |role| {
+        Arc::new(Endpoint {
+            role,
+            ..endpoint.clone()
+        })
+    };
+    for (addr, role) in [
+        (listeners.readonly, Role::ReadOnly),
+        (listeners.fleetlock, Role::FleetLock),
+    ] {
         let Some(addr) = addr else { continue };
         match TcpListener::bind(addr).await {
             Ok(l) => {
-                tracing::info!(%addr, local = is_local, "serving the status endpoint");
-                let ep = Endpoint {
-                    local: is_local,
-                    ..endpoint.clone()
-                };
-                tokio::spawn(serve(ep, l, stop.clone()));
+                tracing::info!(%addr, role = role.label(), "listening");
+                tokio::spawn(serve_tcp(with_role(role), l, stop.clone()));
             }
-            Err(e) => tracing::error!(%addr, error = %e, "cannot listen; the endpoint is off"),
+            Err(e) => failed(format!(
+                "the {} listener cannot listen on {addr}: {e}",
+                role.label()
+            )),
+        }
+    }
+    if let Some(path) = &listeners.local {
+        match bind_socket(path) {
+            Ok(l) => {
+                tracing::info!(path = %path.display(), role = "local", "listening");
+                tokio::spawn(serve_unix(with_role(Role::Local), l, stop.clone()));
+            }
+            Err(e) => failed(format!(
+                "the local listener cannot listen on {}: {e}",
+                path.display()
+            )),
         }
     }
 }
 
-/// Serves `endpoint` on `listener` until `stop`.
-pub async fn serve(endpoint: Endpoint, listener: TcpListener, stop: CancellationToken) {
-    let endpoint = Arc::new(endpoint);
+/// Binds the unix socket at `path`, mode 0600, its directory made if
+/// missing. A socket left by an agent that is gone is replaced; one that
+/// answers belongs to a live process and is left alone (an error).
+pub fn bind_socket(path: &Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)?;
+    }
+    if std::fs::symlink_metadata(path).is_ok() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                "another process answers on it (is another maintd running?)",
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// How long to wait after an accept fails (out of file descriptors), at
+/// first and at most: the loop must not spin.
+const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
+
+/// Serves `endpoint` on a TCP listener until `stop`.
+pub async fn serve_tcp(endpoint: Arc<Endpoint>, listener: TcpListener, stop: CancellationToken) {
+    let limit = Arc::new(Semaphore::new(endpoint.role.max_connections()));
+    let mut backoff = ACCEPT_BACKOFF.0;
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
             _ = stop.cancelled() => return,
         };
-        let Ok((stream, _)) = accepted else { continue };
-        let ep = endpoint.clone();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| {
-                let ep = ep.clone();
-                async move {
-                    let resp = tokio::time::timeout(REQUEST_TIMEOUT, ep.handle(req))
-                        .await
-                        .unwrap_or_else(|_| {
-                            error(StatusCode::REQUEST_TIMEOUT, "the request took too long")
-                        });
-                    Ok::<_, Infallible>(resp)
+        match accepted {
+            Ok((stream, _)) => {
+                backoff = ACCEPT_BACKOFF.0;
+                if let Some(permit) = admit(&endpoint, &limit) {
+                    let conn = serve_connection(endpoint.clone(), stream, Peer::default(), permit);
+                    tokio::spawn(until_stopped(conn, stop.clone()));
                 }
-            });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(5));
-            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
-            tokio::select! {
-                _ = conn => {}
-                _ = stop.cancelled() => {}
             }
-        });
+            Err(e) => backoff = accept_failed(&endpoint, e, backoff, &stop).await,
+        }
     }
+}
+
+/// Serves `endpoint` on the unix socket until `stop`, each connection
+/// knowing its caller's uid.
+pub async fn serve_unix(endpoint: Arc<Endpoint>, listener: UnixListener, stop: CancellationToken) {
+    let limit = Arc::new(Semaphore::new(endpoint.role.max_connections()));
+    let mut backoff = ACCEPT_BACKOFF.0;
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.cancelled() => return,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                backoff = ACCEPT_BACKOFF.0;
+                let peer = Peer {
+                    uid: stream.peer_cred().ok().map(|c| c.uid()),
+                };
+                if let Some(permit) = admit(&endpoint, &limit) {
+                    let conn = serve_connection(endpoint.clone(), stream, peer, permit);
+                    tokio::spawn(until_stopped(conn, stop.clone()));
+                }
+            }
+            Err(e) => backoff = accept_failed(&endpoint, e, backoff, &stop).await,
+        }
+    }
+}
+
+/// A place for one more connection, or None (counted) when the listener
+/// has its most open: the new one is then closed as it is dropped.
+fn admit(endpoint: &Endpoint, limit: &Arc<Semaphore>) -> Option<OwnedSemaphorePermit> {
+    let permit = limit.clone().try_acquire_owned().ok();
+    if permit.is_none() {
+        let label = vec![("listener".to_string(), endpoint.role.label().to_string())];
+        endpoint
+            .metrics
+            .http_connections_refused
+            .get_or_create(&label)
+            .inc();
+    }
+    permit
+}
+
+/// Waits before the next accept after `e`, longer each time in a row.
+async fn accept_failed(
+    endpoint: &Endpoint,
+    e: std::io::Error,
+    backoff: Duration,
+    stop: &CancellationToken,
+) -> Duration {
+    tracing::warn!(listener = endpoint.role.label(), error = %e, "accepting a connection failed; waiting {backoff:?}");
+    tokio::select! {
+        _ = tokio::time::sleep(backoff) => {}
+        _ = stop.cancelled() => {}
+    }
+    (backoff * 2).min(ACCEPT_BACKOFF.1)
+}
+
+async fn until_stopped(conn: impl std::future::Future<Output = ()>, stop: CancellationToken) {
+    tokio::select! {
+        _ = conn => {}
+        _ = stop.cancelled() => {}
+    }
+}
+
+/// One connection: HTTP/1.1 with small buffers and a header timeout, each
+/// request bounded by [`REQUEST_TIMEOUT`]. Holds its place (`permit`) and
+/// is counted open until it ends.
+async fn serve_connection<S>(
+    endpoint: Arc<Endpoint>,
+    stream: S,
+    peer: Peer,
+    permit: OwnedSemaphorePermit,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let label = vec![("listener".to_string(), endpoint.role.label().to_string())];
+    let open = endpoint
+        .metrics
+        .http_connections
+        .get_or_create(&label)
+        .clone();
+    open.inc();
+    let svc = hyper::service::service_fn(move |req| {
+        let ep = endpoint.clone();
+        async move {
+            let resp = tokio::time::timeout(REQUEST_TIMEOUT, ep.handle(req, peer))
+                .await
+                .unwrap_or_else(|_| {
+                    error(StatusCode::REQUEST_TIMEOUT, "the request took too long")
+                });
+            Ok::<_, Infallible>(resp)
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(5))
+        .max_buf_size(MAX_HEADER_BUFFER)
+        .max_headers(32);
+    let _ = builder
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+        .await;
+    open.dec();
+    drop(permit);
 }

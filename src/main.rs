@@ -154,8 +154,9 @@ enum Command {
 
 #[derive(clap::Args)]
 struct EndpointArg {
-    /// The agent's node-local endpoint (host:port).
-    #[arg(long, env = "MAINTD_ENDPOINT", default_value = maintd::cli::DEFAULT_ENDPOINT)]
+    /// The agent's unix socket (a path), or host:port of a listener for
+    /// reads (`status` only).
+    #[arg(long, env = "MAINTD_ENDPOINT", default_value = maintd::cli::DEFAULT_SOCKET)]
     endpoint: String,
 }
 

@@ -50,6 +50,10 @@ pub struct Metrics {
     /// 1 for what a planned drain waits for now (window, blocking_pods,
     /// alerts, slot), 0 for the others.
     pub waiting: Family<Labels, Gauge>,
+    /// Connections open now, by listener (readonly, local, fleetlock).
+    pub http_connections: Family<Labels, Gauge>,
+    /// Connections closed at once because the listener had its most open.
+    pub http_connections_refused: Family<Labels, Counter>,
     started: Mutex<Option<Instant>>,
 }
 
@@ -111,6 +115,18 @@ impl Metrics {
             "Whether a planned drain of this node waits (1) for this reason: window, blocking_pods, alerts or slot",
             waiting.clone(),
         );
+        let http_connections = Family::<Labels, Gauge>::default();
+        registry.register(
+            "maintd_http_connections",
+            "Connections open now on each of maintd's listeners (readonly, local, fleetlock)",
+            http_connections.clone(),
+        );
+        let http_connections_refused = Family::<Labels, Counter>::default();
+        registry.register(
+            "maintd_http_connections_refused",
+            "Connections closed at once because their listener had as many open as it serves",
+            http_connections_refused.clone(),
+        );
         for kind in crate::policy::HoldKind::ALL {
             waiting
                 .get_or_create(&vec![("reason".into(), kind.label().into())])
@@ -142,6 +158,8 @@ impl Metrics {
             inhibit_delay_budget,
             status_writes,
             waiting,
+            http_connections,
+            http_connections_refused,
             started: Mutex::new(None),
         })
     }

@@ -306,7 +306,7 @@ async fn a_firing_alert_holds_a_planned_drain_and_its_clearing_lets_it_start() {
         c.policy.alerts = Some(Alerts::new(settings, Duration::from_secs(1)));
     })
     .await;
-    let (code, _) = request(a.local, "POST", "/v1/drain", r#"{"reason": "os update"}"#).await;
+    let (code, _) = request(&a.local, "POST", "/v1/drain", r#"{"reason": "os update"}"#).await;
     assert_eq!(code, 202);
     let st = a
         .wait_status("the drain says the alert holds it", |st| {
@@ -348,7 +348,7 @@ async fn prometheus_out_of_reach_holds_a_planned_drain_but_never_a_taint() {
         c.policy.alerts = Some(Alerts::new(settings, Duration::from_secs(1)));
     })
     .await;
-    let (code, _) = request(a.local, "POST", "/v1/drain", r#"{"reason": "os update"}"#).await;
+    let (code, _) = request(&a.local, "POST", "/v1/drain", r#"{"reason": "os update"}"#).await;
     assert_eq!(code, 202);
     a.wait_status("the drain says Prometheus cannot be reached", |st| {
         st["drain"]["waiting"]

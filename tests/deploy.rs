@@ -300,7 +300,12 @@ fn daemonset_runs_everywhere_with_what_the_agent_needs_and_little_else() {
         .iter()
         .find(|e| e.name == "MAINTD_LISTEN_LOCAL")
         .unwrap();
-    assert!(local.value.as_deref().unwrap().starts_with("127.0.0.1:"));
+    assert!(
+        local.value.as_deref().unwrap().starts_with("/run/maintd/"),
+        "drain requests on a unix socket"
+    );
+    let readonly = env.iter().find(|e| e.name == "MAINTD_LISTEN").unwrap();
+    assert!(readonly.value.as_deref().unwrap().starts_with("127.0.0.1:"));
 
     let mounts: Vec<_> = c
         .volume_mounts
@@ -316,12 +321,15 @@ fn daemonset_runs_everywhere_with_what_the_agent_needs_and_little_else() {
             .and_then(|v| v.host_path.as_ref())
             .map(|h| h.path.clone())
     };
-    // The bus socket, and one mount holding both the static pod directory
-    // and its stash (renames between two mounts fail with EXDEV).
+    // The bus socket, the agent's socket directory, and one mount holding
+    // both the static pod directory and its stash (renames between two
+    // mounts fail with EXDEV). Not /etc/kubernetes: it holds admin.conf
+    // and the cluster's keys.
     for path in [
         "/run/dbus/system_bus_socket",
+        "/run/maintd/maintd.sock",
         "/etc/kubernetes/manifests",
-        "/etc/kubernetes/manifests.maintd-stash",
+        "/etc/kubernetes/manifests/.maintd-stash",
     ] {
         let (vol, at) = mounts
             .iter()
@@ -332,7 +340,7 @@ fn daemonset_runs_everywhere_with_what_the_agent_needs_and_little_else() {
     }
     let stash_mount = mounts
         .iter()
-        .find(|(_, at)| "/etc/kubernetes/manifests.maintd-stash".starts_with(at));
+        .find(|(_, at)| "/etc/kubernetes/manifests/.maintd-stash".starts_with(at));
     let dir_mount = mounts
         .iter()
         .find(|(_, at)| "/etc/kubernetes/manifests".starts_with(at));
@@ -340,6 +348,25 @@ fn daemonset_runs_everywhere_with_what_the_agent_needs_and_little_else() {
         stash_mount, dir_mount,
         "the static pod directory and its stash share one mount"
     );
+    let host_paths: Vec<_> = volumes
+        .iter()
+        .filter_map(|v| v.host_path.as_ref().map(|h| h.path.as_str()))
+        .collect();
+    assert!(
+        host_paths
+            .iter()
+            .all(|p| !"/etc/kubernetes/admin.conf".starts_with(p)
+                && !"/etc/kubernetes/pki".starts_with(p)),
+        "nothing of /etc/kubernetes but the manifests: {host_paths:?}"
+    );
+    for probe in [&c.readiness_probe, &c.liveness_probe] {
+        let get = probe.as_ref().and_then(|p| p.http_get.as_ref()).unwrap();
+        assert_eq!(
+            get.host.as_deref(),
+            Some("127.0.0.1"),
+            "probes use loopback"
+        );
+    }
 
     // The kubelet's config, for its staticPodPath: that file only, read-only.
     let kubelet = c
@@ -385,8 +412,9 @@ async fn every_request_an_agent_makes_is_granted() {
     let mut config =
         maintd::config::Config::for_node("node-a", sim.static_pod_dir("node-a").unwrap());
     config.medik8s = true;
-    let local = endpoint::free_port();
-    config.listen_local = Some(local);
+    let socket_dir = tempfile::tempdir().unwrap();
+    let local = socket_dir.path().join("maintd.sock");
+    config.listen_local = Some(local.clone());
     let agent = maintd::agent::Agent::new(config, maintd::testbed::agent_client(&sim, "node-a"));
     let progress = agent.progress().clone();
     let stop = tokio_util::sync::CancellationToken::new();
@@ -449,10 +477,10 @@ async fn every_request_an_agent_makes_is_granted() {
     .await;
     // A local drain, which takes a reboot slot (a Lease), then undrain.
     let (code, body) =
-        endpoint::request(local, "POST", "/v1/drain", r#"{"reason": "os update"}"#).await;
+        endpoint::request(&local, "POST", "/v1/drain", r#"{"reason": "os update"}"#).await;
     assert_eq!(code, 202, "{body}");
     eventually("drained for the local request", phase_is(Phase::Drained)).await;
-    let (code, body) = endpoint::request(local, "POST", "/v1/undrain", "").await;
+    let (code, body) = endpoint::request(&local, "POST", "/v1/undrain", "").await;
     assert!(code < 300, "{code} {body}");
     eventually("undone", phase_is(Phase::Idle)).await;
     stop.cancel();

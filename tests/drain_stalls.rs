@@ -14,6 +14,7 @@ use common::*;
 use maintd::config::Config;
 use maintd::drain::executor::TimeoutPolicy;
 use maintd::drain::progress::{EventKind, Phase, PodState, StageState};
+use maintd::trigger::local::LocalSource;
 use maintd_sim::SimCluster;
 use serde_json::{Value, json};
 
@@ -193,7 +194,7 @@ async fn new_triggers_for_the_same_plan_do_not_restart_the_drain() {
     post_pod(&sim, &bare_pod("guarded", 1500, json!({"app": "guarded"}))).await;
     sim.wait_settled(Duration::from_secs(30)).await.unwrap();
     let agent = RunningAgent::start(&sim, "node-a", None);
-    agent.local.request("os update", None);
+    agent.local.request(LocalSource::Request, "os update", None);
     let progress = agent.progress.clone();
     eventually("the guarded pod blocks the drain", || {
         let st = progress.status();
@@ -211,7 +212,9 @@ async fn new_triggers_for_the_same_plan_do_not_restart_the_drain() {
 
     // Another trigger for the same drain, then the local request re-sent.
     taint(&sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
-    agent.local.request("kernel update", None);
+    agent
+        .local
+        .request(LocalSource::Request, "kernel update", None);
     eventually("the status lists both triggers", || {
         let st = progress.status();
         async move {
@@ -256,7 +259,7 @@ async fn a_new_deadline_re_plans_and_keeps_what_the_drain_learned() {
     post_pod(&sim, &bare_pod("guarded", 1500, json!({"app": "guarded"}))).await;
     sim.wait_settled(Duration::from_secs(30)).await.unwrap();
     let agent = RunningAgent::start(&sim, "node-a", None);
-    agent.local.request("os update", None);
+    agent.local.request(LocalSource::Request, "os update", None);
     let progress = agent.progress.clone();
     eventually("the guarded pod blocks the drain", || {
         let st = progress.status();
@@ -265,9 +268,11 @@ async fn a_new_deadline_re_plans_and_keeps_what_the_drain_learned() {
     .await;
     let before = agent.progress.status();
     // A deadline far enough away that nothing is deleted yet.
-    agent
-        .local
-        .request("os update", Some(Duration::from_secs(3600)));
+    agent.local.request(
+        LocalSource::Request,
+        "os update",
+        Some(Duration::from_secs(3600)),
+    );
     agent
         .wait_for("the drain re-planned", |evs| {
             evs.iter()
@@ -339,9 +344,11 @@ async fn pods_given_up_on_for_a_deadline_are_tried_again_when_it_is_withdrawn() 
     sim.wait_settled(Duration::from_secs(30)).await.unwrap();
     let agent = RunningAgent::start(&sim, "node-a", None);
     taint(&sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
-    agent
-        .local
-        .request("reboot soon", Some(Duration::from_secs(6)));
+    agent.local.request(
+        LocalSource::Request,
+        "reboot soon",
+        Some(Duration::from_secs(6)),
+    );
     agent.wait_event(EventKind::DrainFailed).await;
     let blockers = agent.progress.status().blockers;
     assert!(

@@ -35,16 +35,16 @@ async fn zincati_pre_reboot_waits_for_the_drain_and_steady_state_undoes() {
     let client = sim.client();
     let agent = EndpointAgent::start(&sim, "node-a").await;
 
-    let (code, reply) = fleetlock(agent.local, "/v1/pre-reboot", false).await;
+    let (code, reply) = fleetlock(agent.fleetlock, "/v1/pre-reboot", false).await;
     assert_eq!(code, 400, "{reply}");
     assert_eq!(reply["kind"], "missing_fleetlock_header");
     let (code, _) = fleetlock(agent.readonly, "/v1/pre-reboot", true).await;
     assert_eq!(code, 404, "not served on the read-only listener");
 
-    let (code, reply) = fleetlock(agent.local, "/v1/pre-reboot", true).await;
+    let (code, reply) = fleetlock(agent.fleetlock, "/v1/pre-reboot", true).await;
     assert_eq!(code, 503, "{reply}");
     assert_eq!(reply["kind"], "drain_in_progress");
-    let local = agent.local;
+    let local = agent.fleetlock;
     eventually("pre-reboot answers success once drained", || async move {
         fleetlock(local, "/v1/pre-reboot", true).await.0 == 200
     })
@@ -68,7 +68,7 @@ async fn zincati_pre_reboot_waits_for_the_drain_and_steady_state_undoes() {
         .count();
     assert!(leases >= 1, "a reboot slot was taken");
 
-    let (code, reply) = fleetlock(agent.local, "/v1/steady-state", true).await;
+    let (code, reply) = fleetlock(agent.fleetlock, "/v1/steady-state", true).await;
     assert_eq!(code, 200, "{reply}");
     eventually("the node is back in service", || async {
         !is_cordoned(&client, "node-a").await
@@ -83,11 +83,11 @@ async fn a_local_drain_waits_for_the_reboot_slot_another_node_holds() {
     let a = EndpointAgent::start(&sim, "node-a").await;
     let b = EndpointAgent::start(&sim, "node-b").await;
     let drain = json!({"reason": "os update"}).to_string();
-    let (code, _) = common::endpoint::request(a.local, "POST", "/v1/drain", &drain).await;
+    let (code, _) = common::endpoint::request(&a.local, "POST", "/v1/drain", &drain).await;
     assert_eq!(code, 202);
     a.wait_status("node-a drained", |st| st["drain"]["phase"] == "Drained")
         .await;
-    let (code, _) = common::endpoint::request(b.local, "POST", "/v1/drain", &drain).await;
+    let (code, _) = common::endpoint::request(&b.local, "POST", "/v1/drain", &drain).await;
     assert_eq!(code, 202);
     let st = b
         .wait_status("node-b waits for the slot", |st| {
@@ -100,7 +100,7 @@ async fn a_local_drain_waits_for_the_reboot_slot_another_node_holds() {
         st["drain"]["phase"], "Idle",
         "node-b does not start while node-a holds the slot"
     );
-    let (code, _) = common::endpoint::request(a.local, "POST", "/v1/undrain", "").await;
+    let (code, _) = common::endpoint::request(&a.local, "POST", "/v1/undrain", "").await;
     assert_eq!(code, 202);
     b.wait_status("node-b drained once the slot is free", |st| {
         st["drain"]["phase"] == "Drained"

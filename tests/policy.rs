@@ -51,7 +51,7 @@ async fn a_local_drain_outside_its_window_waits_says_until_when_and_starts_when_
         };
     })
     .await;
-    let (code, _) = request(a.local, "POST", "/v1/drain", r#"{"reason": "os update"}"#).await;
+    let (code, _) = request(&a.local, "POST", "/v1/drain", r#"{"reason": "os update"}"#).await;
     assert_eq!(code, 202);
     let st = a
         .wait_status("the drain says it waits for the window", |st| {
@@ -113,7 +113,7 @@ async fn a_blocking_pod_holds_a_planned_drain_until_it_is_gone_but_not_a_taint()
         };
     })
     .await;
-    request(a.local, "POST", "/v1/drain", r#"{"reason": "kernel"}"#).await;
+    request(&a.local, "POST", "/v1/drain", r#"{"reason": "kernel"}"#).await;
     a.wait_status("the drain names the blocking pod", |st| {
         st["drain"]["waiting"]
             .as_str()
@@ -122,7 +122,7 @@ async fn a_blocking_pod_holds_a_planned_drain_until_it_is_gone_but_not_a_taint()
     .await;
     // FleetLock asks too: refused with the pod's name.
     let (code, body) = common::endpoint::request_with_headers(
-        a.local,
+        a.fleetlock,
         "POST",
         "/v1/pre-reboot",
         &[("fleet-lock-protocol", "true")],
@@ -179,7 +179,7 @@ async fn fleetlock_outside_the_window_is_refused_with_until_when() {
     })
     .await;
     let (code, body) = common::endpoint::request_with_headers(
-        a.local,
+        a.fleetlock,
         "POST",
         "/v1/pre-reboot",
         &[("fleet-lock-protocol", "true")],

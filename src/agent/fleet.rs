@@ -15,7 +15,7 @@ use crate::coordination::{
 use crate::drain::progress::{Phase, Progress};
 use crate::fleetlock::{DrainControl, DrainState, FleetLock};
 use crate::trigger::SlotAsk;
-use crate::trigger::local::LocalRequests;
+use crate::trigger::local::{LocalRequests, LocalSource};
 
 /// The drain FleetLock asks for, as a local drain request.
 pub struct AgentDrain {
@@ -25,16 +25,13 @@ pub struct AgentDrain {
     agent: Agent,
 }
 
-const PREFIX: &str = "fleetlock: ";
-
 impl DrainControl for AgentDrain {
     async fn request_drain(&self, reason: &str) -> Result<DrainState, String> {
-        let wanted = format!("{PREFIX}{reason}");
-        let current = self.local.current().map(|r| r.reason);
-        if current.as_deref() != Some(wanted.as_str()) {
+        let current = self.local.current();
+        if !current.is_some_and(|r| r.source == LocalSource::FleetLock && r.reason == reason) {
             // A new request restarts the drain; the status still shows the
             // last one, so only a later call can answer "drained".
-            self.local.request(&wanted, None);
+            self.local.request(LocalSource::FleetLock, reason, None);
             return Ok(DrainState::InProgress {
                 detail: "drain requested".into(),
             });
@@ -83,7 +80,7 @@ impl DrainControl for AgentDrain {
         if self
             .local
             .current()
-            .is_some_and(|r| r.reason.starts_with(PREFIX))
+            .is_some_and(|r| r.source == LocalSource::FleetLock)
         {
             self.local.clear();
         }

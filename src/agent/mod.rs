@@ -28,6 +28,7 @@ mod planned;
 mod reconcile;
 mod shutdown;
 mod undo;
+use crate::trigger::local::LocalSource;
 use crate::trigger::shutdown::{ActiveShutdown, ShutdownTrigger};
 use crate::trigger::{self, Desired};
 
@@ -131,8 +132,14 @@ impl Agent {
         // In memory only: a local request does not survive an agent restart
         // (see trigger/local.rs); `maintd drain --wait` re-sends it.
         if let Some(req) = self.local.current() {
-            let source = format!("{}{}", trigger::LOCAL_PREFIX, req.reason);
-            if source.starts_with(trigger::FLEETLOCK_PREFIX) {
+            let fleetlock = req.source == LocalSource::FleetLock;
+            let prefix = if fleetlock {
+                trigger::FLEETLOCK_PREFIX
+            } else {
+                trigger::LOCAL_PREFIX
+            };
+            let source = format!("{prefix}{}", req.reason);
+            if fleetlock {
                 d.urgent = true;
             } else {
                 d.policy = true;
@@ -328,14 +335,20 @@ impl Agent {
                 Arc::new(move || agent.views())
             },
             inhibitor,
-            local: false,
+            role: crate::http::Role::ReadOnly,
             local_requests: self.local.clone(),
             metrics,
             fleetlock: Some(self.fleetlock(stop)),
             static_pods: self.config.static_pods.clone(),
             api: self.health.clone(),
+            listen_errors: Default::default(),
         };
-        crate::http::start(ep, self.config.listen, self.config.listen_local, stop).await;
+        let listeners = crate::http::Listeners {
+            readonly: self.config.listen,
+            local: self.config.listen_local.clone(),
+            fleetlock: self.config.listen_fleetlock,
+        };
+        crate::http::start(ep, &listeners, stop).await;
     }
 }
 

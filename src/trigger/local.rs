@@ -17,9 +17,21 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+/// Who made a local request. Told by how it arrived, never by its words:
+/// a reason is free text any caller chooses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalSource {
+    /// `POST /v1/drain` (`maintd drain`): waits for its policy and a
+    /// reboot slot, as a planned maintenance does.
+    Request,
+    /// The FleetLock handler, which took its own slot already.
+    FleetLock,
+}
+
 /// One local request to drain the node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LocalRequest {
+    pub source: LocalSource,
     /// Why, as the caller said it ("os update", "replace disk").
     pub reason: String,
     /// When the request arrived (RFC 3339, UTC).
@@ -59,11 +71,17 @@ impl LocalRequests {
 
     /// Asks for a drain. A second request replaces the first (its reason and
     /// deadline win): the latest caller is the one waiting.
-    pub fn request(&self, reason: &str, deadline: Option<std::time::Duration>) {
+    pub fn request(
+        &self,
+        source: LocalSource,
+        reason: &str,
+        deadline: Option<std::time::Duration>,
+    ) {
         let req = LocalRequest {
+            source,
             reason: reason.to_string(),
             requested_at: crate::drain::progress::now_time(),
-            deadline: deadline.map(|d| Instant::now() + d),
+            deadline: deadline.map(|d| crate::bounds::later(Instant::now(), d)),
         };
         self.slot.send_replace(Some(req));
     }
@@ -105,12 +123,16 @@ mod tests {
         let local = LocalRequests::new();
         let mut rx = local.subscribe();
         assert!(local.current().is_none());
-        local.request("os update", Some(Duration::from_secs(60)));
+        local.request(
+            LocalSource::Request,
+            "os update",
+            Some(Duration::from_secs(60)),
+        );
         rx.changed().await.unwrap();
         let r = local.current().unwrap();
         assert_eq!(r.reason, "os update");
         assert!(r.deadline.is_some());
-        local.clone().request("disk", None);
+        local.clone().request(LocalSource::Request, "disk", None);
         assert_eq!(local.status().unwrap().reason, "disk");
         assert!(local.status().unwrap().deadline_seconds_left.is_none());
         assert!(local.clear());
@@ -123,7 +145,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_deadline_counts_down_from_the_request() {
         let local = LocalRequests::new();
-        local.request("os update", Some(Duration::from_secs(60)));
+        local.request(
+            LocalSource::Request,
+            "os update",
+            Some(Duration::from_secs(60)),
+        );
         let left = || local.status().unwrap().deadline_seconds_left.unwrap();
         assert_eq!(left(), 60.0);
         tokio::time::advance(Duration::from_secs(45)).await;

@@ -13,7 +13,7 @@ use crate::drain::plan::PlanEntry;
 pub const LOCAL_PREFIX: &str = "local: ";
 /// How a FleetLock drain (a local request made by the FleetLock handler,
 /// which takes its own slot) shows among the triggers.
-pub const FLEETLOCK_PREFIX: &str = "local: fleetlock: ";
+pub const FLEETLOCK_PREFIX: &str = "fleetlock: ";
 
 /// What the triggers together want for the node.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -86,8 +86,7 @@ impl Desired {
     /// nothing yet.
     pub fn while_waiting(mut self) -> Desired {
         self.evict = false;
-        self.sources
-            .retain(|s| !s.starts_with(LOCAL_PREFIX) || s.starts_with(FLEETLOCK_PREFIX));
+        self.sources.retain(|s| !s.starts_with(LOCAL_PREFIX));
         self
     }
 
@@ -177,7 +176,7 @@ mod tests {
         let d = Desired {
             sources: vec![
                 "local: reboot".into(),
-                "local: fleetlock: zincati".into(),
+                "fleetlock: zincati".into(),
                 "NodeMaintenance m (stage Drain)".into(),
             ],
             stage_timeout: Some(Duration::from_secs(60)),
@@ -187,10 +186,7 @@ mod tests {
         assert!(!w.evict);
         assert_eq!(
             w.sources,
-            [
-                "local: fleetlock: zincati",
-                "NodeMaintenance m (stage Drain)"
-            ]
+            ["fleetlock: zincati", "NodeMaintenance m (stage Drain)"]
         );
         assert_eq!(w.slot_asks, d.slot_asks);
         assert_eq!(w.stage_timeout, d.stage_timeout);

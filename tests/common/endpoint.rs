@@ -19,9 +19,32 @@ pub fn free_port() -> SocketAddr {
     l.local_addr().unwrap()
 }
 
+/// Where a test's request goes: a TCP listener or the agent's unix socket.
+#[derive(Debug, Clone)]
+pub enum Target {
+    Tcp(SocketAddr),
+    Unix(std::path::PathBuf),
+}
+
+impl From<SocketAddr> for Target {
+    fn from(a: SocketAddr) -> Target {
+        Target::Tcp(a)
+    }
+}
+
+impl From<&std::path::PathBuf> for Target {
+    fn from(p: &std::path::PathBuf) -> Target {
+        Target::Unix(p.clone())
+    }
+}
+
 pub struct EndpointAgent {
     pub readonly: SocketAddr,
-    pub local: SocketAddr,
+    /// The unix socket that takes drain requests.
+    pub local: std::path::PathBuf,
+    /// The FleetLock listener.
+    pub fleetlock: SocketAddr,
+    _socket_dir: tempfile::TempDir,
     pub progress: Progress,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
@@ -54,22 +77,32 @@ impl EndpointAgent {
         )
         .await;
         let mut config = Config::for_node(node, dir);
-        let (readonly, local) = (free_port(), free_port());
+        let socket_dir = tempfile::tempdir().unwrap();
+        let local = socket_dir.path().join("maintd.sock");
+        let (readonly, fleetlock) = (free_port(), free_port());
         config.listen = Some(readonly);
-        config.listen_local = Some(local);
+        config.listen_local = Some(local.clone());
+        config.listen_fleetlock = Some(fleetlock);
         edit(&mut config);
         let agent = Agent::new(config, maintd::testbed::agent_client(sim, node));
         let progress = agent.progress().clone();
         let stop = CancellationToken::new();
         let task = tokio::spawn(agent.run(stop.clone()));
-        super::eventually("both listeners answer", || async move {
-            request(readonly, "GET", "/healthz", "").await.0 == 200
-                && request(local, "GET", "/healthz", "").await.0 == 200
+        let socket = local.clone();
+        super::eventually("every listener answers", || {
+            let socket = socket.clone();
+            async move {
+                request(readonly, "GET", "/healthz", "").await.0 == 200
+                    && request(&socket, "GET", "/healthz", "").await.0 == 200
+                    && request(fleetlock, "GET", "/healthz", "").await.0 == 200
+            }
         })
         .await;
         EndpointAgent {
             readonly,
             local,
+            fleetlock,
+            _socket_dir: socket_dir,
             progress,
             stop,
             task,
@@ -107,38 +140,58 @@ impl EndpointAgent {
 /// One HTTP/1.1 request over a fresh connection (Connection: close);
 /// returns the status code (0 when the connection failed or closed without
 /// an answer) and the body.
-pub async fn request(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+pub async fn request(
+    addr: impl Into<Target>,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String) {
     request_with_headers(addr, method, path, &[], body).await
 }
 
 /// The same, with more headers.
 pub async fn request_with_headers(
-    addr: SocketAddr,
+    addr: impl Into<Target>,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String) {
+    let addr = addr.into();
+    let host = match &addr {
+        Target::Tcp(a) => a.to_string(),
+        Target::Unix(_) => "localhost".to_string(),
+    };
     let extra: String = headers
         .iter()
         .map(|(k, v)| format!("{k}: {v}\r\n"))
         .collect();
     let raw = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{body}",
         body.len()
     );
     send_raw(addr, raw.as_bytes()).await
 }
 
 /// Sends `bytes` as they are and reads the answer to the end.
-pub async fn send_raw(addr: SocketAddr, bytes: &[u8]) -> (u16, String) {
-    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
-        return (0, String::new());
+pub async fn send_raw(addr: impl Into<Target>, bytes: &[u8]) -> (u16, String) {
+    async fn exchange<S: AsyncReadExt + AsyncWriteExt + Unpin>(mut s: S, bytes: &[u8]) -> Vec<u8> {
+        // The server may answer (and close) before it reads everything.
+        let _ = s.write_all(bytes).await;
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(15), s.read_to_end(&mut out)).await;
+        out
+    }
+    let out = match addr.into() {
+        Target::Tcp(a) => match tokio::net::TcpStream::connect(a).await {
+            Ok(s) => exchange(s, bytes).await,
+            Err(_) => return (0, String::new()),
+        },
+        Target::Unix(p) => match tokio::net::UnixStream::connect(p).await {
+            Ok(s) => exchange(s, bytes).await,
+            Err(_) => return (0, String::new()),
+        },
     };
-    // The server may answer (and close) before it reads everything.
-    let _ = s.write_all(bytes).await;
-    let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(15), s.read_to_end(&mut out)).await;
     let text = String::from_utf8_lossy(&out).to_string();
     let code = text
         .split(' ')

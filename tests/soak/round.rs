@@ -3,7 +3,6 @@
 //! soak's own writes go to the simulator's store directly, so an API fault
 //! it injects hits the agents only.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use maintd::agent::Agent;
@@ -33,7 +32,8 @@ pub struct AgentSpec {
 /// One running agent; killed by aborting its task.
 pub struct Running {
     pub agent: Agent,
-    pub local: SocketAddr,
+    /// The agent's unix socket.
+    pub local: std::path::PathBuf,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
@@ -72,6 +72,8 @@ pub struct Round {
     pub sim: SimCluster,
     pub nodes: Vec<Rig>,
     spec: AgentSpec,
+    /// Where the agents' unix sockets are.
+    sockets: tempfile::TempDir,
 }
 
 fn soak_writer() -> Writer {
@@ -100,7 +102,13 @@ impl Round {
                 had_deadline: false,
             });
         }
-        let mut round = Round { sim, nodes, spec };
+        let sockets = tempfile::tempdir().unwrap();
+        let mut round = Round {
+            sim,
+            nodes,
+            spec,
+            sockets,
+        };
         for i in 0..NODES {
             round.start_agent(i);
         }
@@ -116,8 +124,13 @@ impl Round {
         config.api.unreachable_release = Duration::from_secs(2);
         config.stage_timeout = self.spec.stage_timeout;
         config.on_stage_timeout = self.spec.on_timeout;
-        let local = free_port();
-        config.listen_local = Some(local);
+        // A new path per start: a restarted agent must not need the old
+        // one's socket gone.
+        let local = self
+            .sockets
+            .path()
+            .join(format!("{}-{}.sock", rig.name, free_port().port()));
+        config.listen_local = Some(local.clone());
         config.shutdown = rig.host.as_ref().map(|h| ShutdownSettings {
             sleep: false,
             margin: Duration::from_millis(500),
@@ -323,13 +336,13 @@ impl Round {
             Some(s) => json!({"reason": "soak", "deadline_seconds": s}),
             None => json!({"reason": "soak"}),
         };
-        request(a.local, "POST", "/v1/drain", &body.to_string()).await;
+        request(&a.local, "POST", "/v1/drain", &body.to_string()).await;
         self.nodes[n].had_deadline |= deadline.is_some();
     }
 
     async fn local_undrain(&self, n: usize) {
         if let Some(a) = &self.nodes[n].agent {
-            request(a.local, "POST", "/v1/undrain", "{}").await;
+            request(&a.local, "POST", "/v1/undrain", "{}").await;
         }
     }
 
