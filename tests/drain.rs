@@ -331,10 +331,10 @@ async fn static_manifests_are_stashed_and_restored_byte_for_byte() {
             .all(|p| !is_mirror(p)),
         "the mirror pod is gone"
     );
-    let stash = std::path::PathBuf::from(format!("{}.maintd-stash", dir.display()));
+    let stash = dir.join(".maintd-stash");
     assert!(
         stash.is_dir(),
-        "the stash sits beside the manifest directory"
+        "the stash is a dot-directory inside the manifest directory"
     );
 
     taint(&client, "node-a", "maintd.io/drain", None).await;

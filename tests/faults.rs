@@ -331,10 +331,7 @@ async fn with_the_api_out_of_reach_at_a_shutdown_the_lock_goes_after_the_bound_a
         dir_files(&dir).is_empty(),
         "the manifest left the kubelet's directory"
     );
-    let stash = dir.parent().unwrap().join(format!(
-        "{}.maintd-stash",
-        dir.file_name().unwrap().to_string_lossy()
-    ));
+    let stash = dir.join(".maintd-stash");
     assert_eq!(
         dir_files(&stash),
         manifests,

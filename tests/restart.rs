@@ -77,7 +77,7 @@ async fn an_agent_killed_mid_drain_resumes_and_loses_no_manifest() {
     let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "maintd"}});
     post_namespace(&sim, &ns).await;
     let dir = sim.static_pod_dir("node-a").unwrap();
-    let stash = dir.with_file_name("node-a.maintd-stash");
+    let stash = dir.join(".maintd-stash");
     let original = dir_files(&dir);
     assert_eq!(original.len(), 3);
     let kubeconfig = tempfile::NamedTempFile::new().unwrap();

@@ -10,7 +10,6 @@
 //! moves, and a journal records each operation before it starts so an
 //! interrupted one is reported and finished on the next call.
 
-use std::ffi::OsStr;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -100,22 +99,32 @@ pub struct StaticPodStash {
     pub stash_dir: PathBuf,
 }
 
+/// The stash's name inside the static pod directory: a dot-directory, which
+/// the kubelet does not read (it skips dotfiles and does not go into
+/// directories), so moves stay within the one directory mounted.
+pub const STASH_NAME: &str = ".maintd-stash";
+
 impl StaticPodStash {
-    /// `stash_dir` defaults to `<manifest_dir>.maintd-stash`, a sibling on
-    /// the same filesystem.
+    /// `stash_dir` defaults to `<manifest_dir>/.maintd-stash`.
     pub fn new(manifest_dir: PathBuf, stash_dir: Option<PathBuf>) -> Self {
-        let stash_dir = stash_dir.unwrap_or_else(|| {
-            let mut name = manifest_dir
-                .file_name()
-                .unwrap_or(OsStr::new("manifests"))
-                .to_os_string();
-            name.push(".maintd-stash");
-            manifest_dir.with_file_name(name)
-        });
+        let stash_dir = stash_dir.unwrap_or_else(|| manifest_dir.join(STASH_NAME));
         StaticPodStash {
             manifest_dir,
             stash_dir,
         }
+    }
+
+    /// Where earlier releases stashed by default, beside the directory
+    /// (`<manifest_dir>.maintd-stash`), when it is there and is not this
+    /// stash: what an upgrade finds stashed there is restored too.
+    fn earlier_stash(&self) -> Option<StaticPodStash> {
+        let mut name = self.manifest_dir.file_name()?.to_os_string();
+        name.push(".maintd-stash");
+        let dir = self.manifest_dir.with_file_name(name);
+        (dir != self.stash_dir && dir.is_dir()).then(|| StaticPodStash {
+            manifest_dir: self.manifest_dir.clone(),
+            stash_dir: dir,
+        })
     }
 
     /// The mirror pod name the kubelet gives a static pod.
@@ -247,10 +256,24 @@ impl StaticPodStash {
         })
     }
 
-    /// Moves every stashed manifest back. Never overwrites: a file of the
-    /// same name already back in the directory is kept, and the stashed
-    /// copy stays in the stash under a `.conflict-` name. Idempotent.
+    /// Moves every stashed manifest back, from this stash and from where an
+    /// earlier release stashed (see `earlier_stash`). Never overwrites: a
+    /// file of the same name already back in the directory is kept, and the
+    /// stashed copy stays in the stash under a `.conflict-` name.
+    /// Idempotent.
     pub fn restore(&self) -> Result<RestoreReport, StashError> {
+        let mut report = self.restore_own()?;
+        if let Some(earlier) = self.earlier_stash() {
+            let more = earlier.restore_own()?;
+            report.restored.extend(more.restored);
+            report.conflicts.extend(more.conflicts);
+            report.recovered = report.recovered.or(more.recovered);
+        }
+        Ok(report)
+    }
+
+    /// Puts back what this stash holds.
+    fn restore_own(&self) -> Result<RestoreReport, StashError> {
         if !self.stash_dir.is_dir() {
             return Ok(RestoreReport::default());
         }

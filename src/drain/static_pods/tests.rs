@@ -15,6 +15,7 @@ fn contents(dir: &Path) -> Vec<(String, String)> {
     let mut out: Vec<_> = fs::read_dir(dir)
         .unwrap()
         .flatten()
+        .filter(|e| e.path().is_file())
         .map(|e| {
             (
                 e.file_name().to_string_lossy().into_owned(),
@@ -46,12 +47,32 @@ fn stash_then_restore_gives_back_identical_files() {
 }
 
 #[test]
-fn the_stash_sits_beside_the_manifests_and_is_private() {
+fn the_stash_is_a_private_dot_directory_inside_the_manifests() {
     let (_root, s) = setup(&[("etcd.yaml", ETCD)]);
-    assert_eq!(s.stash_dir.file_name().unwrap(), "manifests.maintd-stash");
+    assert_eq!(s.stash_dir, s.manifest_dir.join(".maintd-stash"));
     s.stash(None).unwrap();
     let mode = fs::metadata(&s.stash_dir).unwrap().mode() & 0o777;
     assert_eq!(mode, 0o700);
+    assert!(
+        s.manifests().unwrap().is_empty(),
+        "the stash is not a manifest"
+    );
+}
+
+#[test]
+fn what_an_earlier_release_stashed_beside_the_directory_is_restored_too() {
+    let (_root, s) = setup(&[("etcd.yaml", ETCD), ("kube-apiserver.yaml", API)]);
+    let before = contents(&s.manifest_dir);
+    // An agent of an earlier release stashed beside the directory, then
+    // the node was upgraded mid-maintenance.
+    let beside = s.manifest_dir.with_file_name("manifests.maintd-stash");
+    let earlier = StaticPodStash::new(s.manifest_dir.clone(), Some(beside.clone()));
+    earlier.stash(None).unwrap();
+    assert!(s.manifests().unwrap().is_empty());
+    let r = s.restore().unwrap();
+    assert_eq!(r.restored.len(), 2, "{r:?}");
+    assert_eq!(contents(&s.manifest_dir), before);
+    assert!(earlier.stashed().unwrap().is_empty());
 }
 
 #[test]
@@ -289,6 +310,9 @@ fn grace_periods_are_read_from_manifests_in_place_and_in_the_stash() {
 #[test]
 fn restore_makes_a_removed_manifest_directory_again() {
     let (_root, s) = setup(&[("etcd.yaml", ETCD), ("kube-apiserver.json", API)]);
+    // A stash set outside the directory (--static-pod-stash) outlives it.
+    let outside = s.manifest_dir.with_file_name("elsewhere");
+    let s = StaticPodStash::new(s.manifest_dir.clone(), Some(outside));
     let before = contents(&s.manifest_dir);
     s.stash(None).unwrap();
     fs::remove_dir(&s.manifest_dir).unwrap();
