@@ -434,7 +434,7 @@ pub async fn start(endpoint: Endpoint, listeners: &Listeners, stop: &Cancellatio
         match TcpListener::bind(addr).await {
             Ok(l) => {
                 tracing::info!(%addr, role = role.label(), "listening");
-                tokio::spawn(serve_tcp(with_role(role), l, stop.clone()));
+                tokio::spawn(serve(with_role(role), l, stop.clone()));
             }
             Err(e) => failed(format!(
                 "the {} listener cannot listen on {addr}: {e}",
@@ -446,7 +446,7 @@ pub async fn start(endpoint: Endpoint, listeners: &Listeners, stop: &Cancellatio
         match bind_socket(path) {
             Ok(l) => {
                 tracing::info!(path = %path.display(), role = "local", "listening");
-                tokio::spawn(serve_unix(with_role(Role::Local), l, stop.clone()));
+                tokio::spawn(serve(with_role(Role::Local), l, stop.clone()));
             }
             Err(e) => failed(format!(
                 "the local listener cannot listen on {}: {e}",
@@ -458,7 +458,8 @@ pub async fn start(endpoint: Endpoint, listeners: &Listeners, stop: &Cancellatio
 
 /// Binds the unix socket at `path`, mode 0600, its directory made if
 /// missing. A socket left by an agent that is gone is replaced; one that
-/// answers belongs to a live process and is left alone (an error).
+/// answers belongs to a live process, and anything else is not ours: both
+/// are left alone (an error).
 pub fn bind_socket(path: &Path) -> std::io::Result<UnixListener> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -467,7 +468,14 @@ pub fn bind_socket(path: &Path) -> std::io::Result<UnixListener> {
             .mode(0o755)
             .create(dir)?;
     }
-    if std::fs::symlink_metadata(path).is_ok() {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "a file that is not a socket is there; it is left alone",
+            ));
+        }
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::AddrInUse,
@@ -485,44 +493,44 @@ pub fn bind_socket(path: &Path) -> std::io::Result<UnixListener> {
 /// first and at most: the loop must not spin.
 const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
 
-/// Serves `endpoint` on a TCP listener until `stop`.
-pub async fn serve_tcp(endpoint: Arc<Endpoint>, listener: TcpListener, stop: CancellationToken) {
-    let limit = Arc::new(Semaphore::new(endpoint.role.max_connections()));
-    let mut backoff = ACCEPT_BACKOFF.0;
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = stop.cancelled() => return,
-        };
-        match accepted {
-            Ok((stream, _)) => {
-                backoff = ACCEPT_BACKOFF.0;
-                if let Some(permit) = admit(&endpoint, &limit) {
-                    let conn = serve_connection(endpoint.clone(), stream, Peer::default(), permit);
-                    tokio::spawn(until_stopped(conn, stop.clone()));
-                }
-            }
-            Err(e) => backoff = accept_failed(&endpoint, e, backoff, &stop).await,
-        }
+/// A listener the endpoint is served on: each connection comes with who is
+/// on its other end.
+trait Accept: Send + 'static {
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    fn next(
+        &self,
+    ) -> impl std::future::Future<Output = std::io::Result<(Self::Stream, Peer)>> + Send;
+}
+
+impl Accept for TcpListener {
+    type Stream = tokio::net::TcpStream;
+    async fn next(&self) -> std::io::Result<(Self::Stream, Peer)> {
+        let (stream, _) = self.accept().await?;
+        Ok((stream, Peer::default()))
     }
 }
 
-/// Serves `endpoint` on the unix socket until `stop`, each connection
-/// knowing its caller's uid.
-pub async fn serve_unix(endpoint: Arc<Endpoint>, listener: UnixListener, stop: CancellationToken) {
+impl Accept for UnixListener {
+    type Stream = tokio::net::UnixStream;
+    async fn next(&self) -> std::io::Result<(Self::Stream, Peer)> {
+        let (stream, _) = self.accept().await?;
+        let uid = stream.peer_cred().ok().map(|c| c.uid());
+        Ok((stream, Peer { uid }))
+    }
+}
+
+/// Serves `endpoint` on `listener` until `stop`.
+async fn serve<L: Accept>(endpoint: Arc<Endpoint>, listener: L, stop: CancellationToken) {
     let limit = Arc::new(Semaphore::new(endpoint.role.max_connections()));
     let mut backoff = ACCEPT_BACKOFF.0;
     loop {
         let accepted = tokio::select! {
-            a = listener.accept() => a,
+            a = listener.next() => a,
             _ = stop.cancelled() => return,
         };
         match accepted {
-            Ok((stream, _)) => {
+            Ok((stream, peer)) => {
                 backoff = ACCEPT_BACKOFF.0;
-                let peer = Peer {
-                    uid: stream.peer_cred().ok().map(|c| c.uid()),
-                };
                 if let Some(permit) = admit(&endpoint, &limit) {
                     let conn = serve_connection(endpoint.clone(), stream, peer, permit);
                     tokio::spawn(until_stopped(conn, stop.clone()));

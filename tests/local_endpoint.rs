@@ -470,3 +470,22 @@ async fn two_thousand_idle_connections_hold_only_a_few_and_the_endpoint_comes_ba
     drop(idle);
     agent.stop().await;
 }
+
+#[tokio::test]
+async fn the_socket_replaces_only_a_dead_socket_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file that is not a socket is never removed.
+    let file = dir.path().join("not-a-socket");
+    std::fs::write(&file, "keep me").unwrap();
+    let err = maintd::http::bind_socket(&file).unwrap_err();
+    assert!(err.to_string().contains("not a socket"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+    // A socket a live process answers on is not taken over.
+    let path = dir.path().join("sub/maintd.sock");
+    let live = maintd::http::bind_socket(&path).unwrap();
+    let err = maintd::http::bind_socket(&path).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse, "{err}");
+    // Once that process is gone, its socket is replaced.
+    drop(live);
+    maintd::http::bind_socket(&path).expect("a dead socket is replaced");
+}
