@@ -81,6 +81,18 @@ fn agent_for(sim: &maintd_sim::SimCluster, node: &str) -> Agent {
     )
 }
 
+/// `node`'s agent running until the token is cancelled, and its progress.
+fn run_agent(
+    sim: &maintd_sim::SimCluster,
+    node: &str,
+) -> (maintd::drain::progress::Progress, CancellationToken) {
+    let agent = agent_for(sim, node);
+    let progress = agent.progress().clone();
+    let stop = CancellationToken::new();
+    tokio::spawn(agent.run(stop.clone()));
+    (progress, stop)
+}
+
 async fn create(nms: &Api<DynamicObject>, name: &str, spec: serde_json::Value) {
     let obj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
@@ -95,10 +107,7 @@ async fn cordon_then_drain_then_complete() {
     let sim = scenario("small.yaml").await;
     let client = sim.client();
     install_crd(&client).await;
-    let agent = agent_for(&sim, "node-a");
-    let progress = agent.progress().clone();
-    let stop = CancellationToken::new();
-    tokio::spawn(agent.run(stop.clone()));
+    let (progress, stop) = run_agent(&sim, "node-a");
 
     let nms: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
     create(
@@ -309,9 +318,7 @@ async fn invalid_objects_get_a_condition_naming_the_problem_cause_no_action_and_
     let sim = scenario("small.yaml").await;
     let client = sim.client();
     install_crd(&client).await;
-    let agent = agent_for(&sim, "node-a");
-    let stop = CancellationToken::new();
-    tokio::spawn(agent.run(stop.clone()));
+    let (_, stop) = run_agent(&sim, "node-a");
     let nms: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
     // Objects an older CRD (or none) let through; every one asks to drain
     // node-a, and none may. (name, spec, words the condition must carry)
@@ -662,10 +669,7 @@ async fn objects_with_extreme_values_crash_nothing_and_a_good_one_beside_them_dr
     let sim = scenario("small.yaml").await;
     let client = sim.client();
     install_crd_without_bounds(&client).await;
-    let agent = agent_for(&sim, "node-a");
-    let progress = agent.progress().clone();
-    let stop = CancellationToken::new();
-    tokio::spawn(agent.run(stop.clone()));
+    let (progress, stop) = run_agent(&sim, "node-a");
     let nms: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
     let on_a = |extra: serde_json::Value| {
         let mut spec = json!({"nodeName": "node-a", "stage": "Drain"});
