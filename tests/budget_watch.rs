@@ -206,3 +206,41 @@ async fn a_stopped_agent_leaves_no_budget_watch_behind() {
     })
     .await;
 }
+
+/// A pod its budget never lets go is asked again when the budget changes,
+/// not on a timer: over 40 s, its first refusal and at most one backstop
+/// retry (30 to 45 s later) — at 500 draining nodes with 30 blocked pods
+/// each, a retry every 3 s was 5,000 refused evictions a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_its_budget_never_allows_is_asked_at_most_every_30_seconds() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    let agent = drain_against_a_closed_web_budget(&sim).await;
+    agent
+        .wait_for("a web pod blocked by its budget", |evs| {
+            evs.iter().any(|e| {
+                e.event == EventKind::PodBlocked && e.message.contains("disruption budget web")
+            })
+        })
+        .await;
+    let web = first_web_pod(&client).await;
+    let evictions = || {
+        let path = format!("/api/v1/namespaces/default/pods/{web}/eviction");
+        sim.state
+            .audit
+            .count_requests(|r| r.method == "POST" && r.path == path && r.code == 429)
+    };
+    eventually("the web pod's first refusal", || {
+        let n = evictions();
+        async move { n >= 1 }
+    })
+    .await;
+    // Watching for what must not happen takes time: a bounded pause.
+    tokio::time::sleep(std::time::Duration::from_secs(40)).await;
+    let n = evictions();
+    assert!(
+        (1..=3).contains(&n),
+        "{n} evictions of {web} in 40 s against a budget that never allows one"
+    );
+    agent.stop().await;
+}

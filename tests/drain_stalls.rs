@@ -223,14 +223,20 @@ async fn new_triggers_for_the_same_plan_do_not_restart_the_drain() {
     })
     .await;
     // A retried eviction of the guarded pod after the change: a restart,
-    // which the change would have caused at once, would be behind us.
+    // which the change would have caused at once, would be behind us. Its
+    // budget never changes, so the retry is the backstop's, 30 to 45 s
+    // after the refusal.
     let seen = agent.events().len();
     agent
-        .wait_for("the guarded pod's eviction retried", |evs| {
-            evs[seen..]
-                .iter()
-                .any(|e| e.event == EventKind::PodEvicting && e.pod.as_deref() == Some("guarded"))
-        })
+        .wait_for_within(
+            "the guarded pod's eviction retried",
+            Duration::from_secs(60),
+            |evs| {
+                evs[seen..].iter().any(|e| {
+                    e.event == EventKind::PodEvicting && e.pod.as_deref() == Some("guarded")
+                })
+            },
+        )
         .await;
     assert_eq!(
         agent.count(EventKind::DrainStarted),
@@ -281,13 +287,19 @@ async fn a_new_deadline_re_plans_and_keeps_what_the_drain_learned() {
                 == 2
         })
         .await;
+    // Its budget never changes: the retry is the backstop's, 30 to 45 s
+    // after the refusal.
     let seen = agent.events().len();
     agent
-        .wait_for("the guarded pod's eviction retried", |evs| {
-            evs[seen..]
-                .iter()
-                .any(|e| e.event == EventKind::PodEvicting && e.pod.as_deref() == Some("guarded"))
-        })
+        .wait_for_within(
+            "the guarded pod's eviction retried",
+            Duration::from_secs(60),
+            |evs| {
+                evs[seen..].iter().any(|e| {
+                    e.event == EventKind::PodEvicting && e.pod.as_deref() == Some("guarded")
+                })
+            },
+        )
         .await;
     let replanned = agent
         .events()

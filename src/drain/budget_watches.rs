@@ -2,7 +2,8 @@
 //! blocked by a budget.
 //!
 //! A blocked eviction is retried as soon as its budget allows a disruption
-//! again, which needs the budget's status. Watching every budget of the
+//! again (or is deleted), which needs the budget's status; a timer of 30 s
+//! or more is only the backstop for a missed event. Watching every budget of the
 //! cluster all the time would send every PDB status write to every node
 //! (issue 11); instead a blocked pod holds a watch scoped to its namespace
 //! (and to the budget the 429 named, if it named one), and the watch ends
@@ -144,9 +145,9 @@ impl BudgetHold {
         self.scope.namespace == namespace && self.scope.name.as_deref() == name
     }
 
-    /// Resolves once a watched budget allows a disruption, seen in a change
-    /// after this call: the status seen before may still count the
-    /// disruption that was just refused.
+    /// Resolves once a watched budget allows a disruption, or the budget
+    /// named is gone, seen in a change after this call: the status seen
+    /// before may still count the disruption that was just refused.
     pub fn allows(&self) -> impl Future<Output = ()> + use<> {
         let budgets = self.index.clone();
         let mut changes = budgets.changes();
@@ -158,12 +159,18 @@ impl BudgetHold {
                 if changes.changed().await.is_err() {
                     return std::future::pending().await;
                 }
-                let allows = budgets.all().iter().any(|b| {
-                    b["metadata"]["namespace"] == ns.as_str()
-                        && name.as_deref().is_none_or(|n| b["metadata"]["name"] == n)
-                        && b["status"]["disruptionsAllowed"].as_i64().unwrap_or(0) > 0
-                });
-                if allows {
+                let all = budgets.all();
+                let watched: Vec<_> = all
+                    .iter()
+                    .filter(|b| {
+                        b["metadata"]["namespace"] == ns.as_str()
+                            && name.as_deref().is_none_or(|n| b["metadata"]["name"] == n)
+                    })
+                    .collect();
+                let allows = watched
+                    .iter()
+                    .any(|b| b["status"]["disruptionsAllowed"].as_i64().unwrap_or(0) > 0);
+                if allows || (name.is_some() && watched.is_empty()) {
                     return;
                 }
             }
@@ -267,6 +274,20 @@ mod tests {
         all.index.upsert(budget("other", "db", 2));
         assert!(futures::poll!(&mut allows).is_pending());
         all.index.upsert(budget("shop", "db", 2));
+        assert!(futures::poll!(&mut allows).is_ready());
+    }
+
+    /// The budget that refused is deleted: nothing holds the pod any more,
+    /// so it is asked again at once, not at the backstop.
+    #[tokio::test]
+    async fn a_hold_wakes_when_its_budget_is_deleted() {
+        let w = watches();
+        let web = w.hold("shop", Some("web"));
+        web.index.upsert(budget("shop", "web", 0));
+        let mut allows = Box::pin(web.allows());
+        web.index.upsert(budget("shop", "db", 0));
+        assert!(futures::poll!(&mut allows).is_pending());
+        web.index.remove("shop/web");
         assert!(futures::poll!(&mut allows).is_ready());
     }
 }
