@@ -2,7 +2,9 @@
 //! realistic scenario (110 pods). Idle for a while (MAINTD_FOOTPRINT_SECONDS,
 //! default 60): resident memory, CPU time, and the API requests it sent
 //! beyond its watches (the goal is none). Then a drain: requests per pod
-//! drained. Run with `cargo bench --bench footprint`.
+//! drained. Run with `cargo bench --bench footprint`. The bench fails if
+//! the agent exits, never lists its node, or does not finish the drain:
+//! numbers of a dead agent are not a footprint.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -80,35 +82,55 @@ async fn main() {
     .expect("crd created");
     let kc = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(kc.path(), maintd::testbed::agent_kubeconfig(&sim, "node-a")).unwrap();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let listen = format!("127.0.0.1:{port}");
     let mut child = Command::new(env!("CARGO_BIN_EXE_maintd"))
-        .args([
-            "run",
-            "--node",
-            "node-a",
-            "--listen",
-            "",
-            "--listen-local",
-            "",
-            "--inhibit-shutdown",
-            "false",
-        ])
+        .args(["run", "--node", "node-a", "--listen", &listen])
+        .args(["--listen-local", "", "--inhibit-shutdown", "false"])
         .arg("--kubeconfig")
         .arg(kc.path())
         .arg("--static-pod-dir")
         .arg(sim.static_pod_dir("node-a").unwrap())
         .env("MAINTD_LOG", "warn")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log.reopen().expect("the log file"))
         .spawn()
         .expect("maintd starts");
     let pid = child.id();
-    // Let it list and open its watches.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let agent = maintd::cli::LocalClient::new(&listen);
+    // What is measured must be alive: an agent that exited, or never got
+    // ready, fails the bench with its log.
+    let mut alive = |what: &str| {
+        if let Ok(Some(status)) = child.try_wait() {
+            let log = std::fs::read_to_string(log.path()).unwrap_or_default();
+            panic!("the agent exited ({status}) {what}; its log:\n{log}");
+        }
+    };
+    let t = Instant::now();
+    loop {
+        alive("while starting");
+        let ready = agent.status().await.is_ok_and(|st| {
+            st["watches"]["pods_synced"] == true && st["watches"]["node_synced"] == true
+        });
+        if ready {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the agent did not list its node and pods within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let (n0, w0) = counts(&sim);
     let (cpu0, _) = proc_stat(pid);
     let start = Instant::now();
     tokio::time::sleep(Duration::from_secs(idle)).await;
     let (n1, w1) = counts(&sim);
+    alive("while idle");
     let (cpu1, rss) = proc_stat(pid);
     let window = start.elapsed().as_secs_f64();
     println!("idle agent, node with 110 pods, {window:.0} s");
@@ -153,19 +175,26 @@ async fn main() {
         .count();
     let t = Instant::now();
     loop {
-        let left = sim
-            .state
-            .store()
-            .list(&Gr::pods(), None)
-            .iter()
-            .filter(|p| p["spec"]["nodeName"] == "node-a")
-            .count();
-        if left <= 1 || t.elapsed() > Duration::from_secs(120) {
+        alive("during the drain");
+        let phase = agent.status().await.map(|st| st["drain"]["phase"].clone());
+        if phase.is_ok_and(|p| p == "Drained") {
             break;
         }
+        assert!(
+            t.elapsed() < Duration::from_secs(300),
+            "the drain did not complete within 300 s"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let drained = before - 1;
+    let left = sim
+        .state
+        .store()
+        .list(&Gr::pods(), None)
+        .iter()
+        .filter(|p| p["spec"]["nodeName"] == "node-a")
+        .count();
+    let drained = before - left;
+    assert!(drained > 0, "the drain moved no pod");
     let (n2, _) = counts(&sim);
     let (cpu2, rss2) = proc_stat(pid);
     println!(
