@@ -87,6 +87,13 @@ pub struct AgentArgs {
     /// (DBUS_SYSTEM_BUS_ADDRESS, or /run/dbus/system_bus_socket).
     #[arg(long, env = "MAINTD_LOGIND_BUS")]
     pub logind_bus: Option<String>,
+    /// The node helper's socket (`maintd node-helper`, a root container of
+    /// the same pod): it holds logind's lock and moves static pod
+    /// manifests for this agent, which then needs neither root, nor the
+    /// system bus, nor the static pod directory. Default: none, the agent
+    /// does both itself (the systemd unit, a single process).
+    #[arg(long, env = "MAINTD_NODE_HELPER")]
+    pub node_helper: Option<PathBuf>,
     /// Abandon an API call that has had no answer after this many seconds.
     #[arg(long, default_value_t = 10.0)]
     pub api_timeout_seconds: f64,
@@ -128,6 +135,9 @@ pub struct Config {
     pub reboot_slots: u32,
     /// Act on medik8s' NodeMaintenance objects too.
     pub medik8s: bool,
+    /// The node helper that holds the lock and the manifests (None: the
+    /// agent itself).
+    pub node_helper: Option<PathBuf>,
     /// Bounds on talking to the API server.
     pub api: ApiSettings,
     /// When planned drains may start.
@@ -292,6 +302,7 @@ impl AgentArgs {
             policy,
             api,
             medik8s: self.medik8s,
+            node_helper: self.node_helper.filter(|p| !p.as_os_str().is_empty()),
             reboot_slots: self.reboot_slots,
             shutdown,
             listen,
@@ -331,6 +342,7 @@ impl Config {
             shutdown: None,
             reboot_slots: 1,
             medik8s: false,
+            node_helper: None,
             api: ApiSettings::default(),
             policy: crate::policy::Policy::default(),
         }

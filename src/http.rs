@@ -107,6 +107,10 @@ pub struct Peer {
 pub struct Listeners {
     pub readonly: Option<std::net::SocketAddr>,
     pub local: Option<PathBuf>,
+    /// Let the local socket's group connect too (0660, not 0600): the node
+    /// helper, in the agent's group, passes the host's drain requests on.
+    /// The caller's uid is checked either way.
+    pub local_group: bool,
     pub fleetlock: Option<std::net::SocketAddr>,
 }
 
@@ -443,7 +447,8 @@ pub async fn start(endpoint: Endpoint, listeners: &Listeners, stop: &Cancellatio
         }
     }
     if let Some(path) = &listeners.local {
-        match bind_socket(path) {
+        let mode = if listeners.local_group { 0o660 } else { 0o600 };
+        match bind_socket_mode(path, mode) {
             Ok(l) => {
                 tracing::info!(path = %path.display(), role = "local", "listening");
                 tokio::spawn(serve(with_role(Role::Local), l, stop.clone()));
@@ -456,11 +461,16 @@ pub async fn start(endpoint: Endpoint, listeners: &Listeners, stop: &Cancellatio
     }
 }
 
-/// Binds the unix socket at `path`, mode 0600, its directory made if
+/// Binds the unix socket at `path`, mode 0600 (see [`bind_socket_mode`]).
+pub fn bind_socket(path: &Path) -> std::io::Result<UnixListener> {
+    bind_socket_mode(path, 0o600)
+}
+
+/// Binds the unix socket at `path` with `mode`, its directory made if
 /// missing. A socket left by an agent that is gone is replaced; one that
 /// answers belongs to a live process, and anything else is not ours: both
 /// are left alone (an error).
-pub fn bind_socket(path: &Path) -> std::io::Result<UnixListener> {
+pub fn bind_socket_mode(path: &Path, mode: u32) -> std::io::Result<UnixListener> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::DirBuilder::new()
@@ -485,7 +495,7 @@ pub fn bind_socket(path: &Path) -> std::io::Result<UnixListener> {
         std::fs::remove_file(path)?;
     }
     let listener = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     Ok(listener)
 }
 

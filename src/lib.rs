@@ -16,6 +16,7 @@ pub mod index;
 pub mod inhibitor;
 pub mod logind;
 pub mod metrics;
+pub mod node_helper;
 pub mod plan_cmd;
 pub mod policy;
 pub mod preflight;

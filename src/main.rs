@@ -72,6 +72,48 @@ enum Command {
         #[arg(long, default_value_t = 90)]
         timeout_seconds: u64,
     },
+    /// Run the node helper (the DaemonSet's root container, with no API
+    /// credentials): hold logind's shutdown lock and move static pod
+    /// manifests for the agent of the same pod, which talks to it with
+    /// `maintd run --node-helper`.
+    NodeHelper {
+        /// The socket the agent reaches the helper on, in a volume only the
+        /// pod shares.
+        #[arg(
+            long,
+            env = "MAINTD_NODE_HELPER",
+            default_value = "/run/maintd-pod/helper.sock"
+        )]
+        socket: PathBuf,
+        /// The agent's user id: the only caller answered besides root.
+        #[arg(long, env = "MAINTD_AGENT_UID", default_value_t = 65532)]
+        agent_uid: u32,
+        /// The agent's group id: the socket is made the group's; the helper
+        /// must be a member of it.
+        #[arg(long, env = "MAINTD_AGENT_GID", default_value_t = 65532)]
+        agent_gid: u32,
+        /// Default: the kubelet's staticPodPath, as `maintd run` finds it.
+        #[arg(long, env = "MAINTD_STATIC_POD_DIR")]
+        static_pod_dir: Option<PathBuf>,
+        #[arg(long, env = "MAINTD_KUBELET_CONFIG")]
+        kubelet_config: Option<PathBuf>,
+        #[arg(long, env = "MAINTD_STATIC_POD_STASH")]
+        static_pod_stash: Option<PathBuf>,
+        /// The D-Bus address of logind's bus; default: the system bus.
+        #[arg(long, env = "MAINTD_LOGIND_BUS")]
+        logind_bus: Option<String>,
+        /// The host's socket for `maintd drain`, served for root only and
+        /// passed through to --agent-local. Empty to turn it off.
+        #[arg(long, env = "MAINTD_HOST_SOCKET", default_value = maintd::cli::DEFAULT_SOCKET)]
+        host_socket: PathBuf,
+        /// The agent's own drain socket (its --listen-local).
+        #[arg(
+            long,
+            env = "MAINTD_AGENT_SOCKET",
+            default_value = "/run/maintd-pod/local.sock"
+        )]
+        agent_socket: PathBuf,
+    },
     /// Put static pod manifests that maintd stashed back into the kubelet's
     /// directory (for a boot-time unit ordered before kubelet.service).
     RestoreStaticPods {
@@ -329,6 +371,48 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 maintd::demo::run(style, limit, demo_log.as_deref()).await?;
             }
             Ok(())
+        }
+        Command::NodeHelper {
+            socket,
+            agent_uid,
+            agent_gid,
+            static_pod_dir,
+            kubelet_config,
+            static_pod_stash,
+            logind_bus,
+            host_socket,
+            agent_socket,
+        } => {
+            let dir =
+                maintd::drain::static_path::resolve(static_pod_dir, kubelet_config.as_deref());
+            if let Some(w) = &dir.warning {
+                tracing::warn!("{w}");
+            }
+            let config = maintd::node_helper::HelperConfig {
+                socket,
+                agent_uid,
+                agent_gid,
+                stash: maintd::drain::static_pods::StaticPodStash::new(dir.dir, static_pod_stash),
+                bus: logind_bus.map_or(
+                    maintd::logind::BusAddress::System,
+                    maintd::logind::BusAddress::Address,
+                ),
+                relay: (!host_socket.as_os_str().is_empty()).then_some((host_socket, agent_socket)),
+            };
+            let stop = CancellationToken::new();
+            let mut task = tokio::spawn(maintd::node_helper::serve(config, stop.clone()));
+            tokio::select! {
+                () = shutdown_signal() => {
+                    stop.cancel();
+                    let _ = (&mut task).await;
+                    Ok(())
+                }
+                done = &mut task => {
+                    done.context("the node helper stopped")?
+                        .context("the node helper cannot listen")?;
+                    Ok(())
+                }
+            }
         }
         Command::RestoreStaticPods {
             static_pod_dir,

@@ -278,15 +278,93 @@ fn daemonset_runs_everywhere_with_what_the_agent_needs_and_little_else() {
         "tolerates every taint"
     );
 
-    let c = &pod.containers[0];
-    let env = c.env.as_ref().unwrap();
+    // Two containers: no one of them both root and holding API credentials.
+    assert_eq!(
+        pod.automount_service_account_token,
+        Some(false),
+        "the token is mounted only where it is needed"
+    );
+    let volumes = pod.volumes.as_ref().unwrap();
+    let volume = |name: &str| volumes.iter().find(|v| v.name == name).unwrap();
+    let host_path = |name: &str| volume(name).host_path.as_ref().map(|h| h.path.clone());
+    let credentials = |c: &k8s_openapi::api::core::v1::Container| {
+        c.volume_mounts.iter().flatten().any(|m| {
+            m.mount_path == "/var/run/secrets/kubernetes.io/serviceaccount"
+                && volume(&m.name).projected.as_ref().is_some_and(|p| {
+                    p.sources
+                        .iter()
+                        .flatten()
+                        .any(|s| s.service_account_token.is_some())
+                })
+        })
+    };
+    let user = |c: &k8s_openapi::api::core::v1::Container| {
+        c.security_context
+            .as_ref()
+            .and_then(|s| s.run_as_user)
+            .or(pod.security_context.as_ref().and_then(|s| s.run_as_user))
+    };
+    for c in &pod.containers {
+        // No runAsUser is the image's user, root until told otherwise.
+        let root = user(c).is_none_or(|u| u == 0);
+        assert!(
+            !(root && credentials(c)),
+            "container {} is root and holds API credentials",
+            c.name
+        );
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false), "{}", c.name);
+        assert_eq!(sc.read_only_root_filesystem, Some(true), "{}", c.name);
+        assert_ne!(sc.privileged, Some(true), "{}", c.name);
+        let caps = sc.capabilities.as_ref().unwrap();
+        assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]));
+        assert!(caps.add.as_ref().is_none_or(|a| a.is_empty()));
+        let req = c.resources.as_ref().unwrap().requests.as_ref().unwrap();
+        assert!(req.contains_key("cpu") && req.contains_key("memory"));
+    }
+    let host_paths: Vec<_> = volumes
+        .iter()
+        .filter_map(|v| v.host_path.as_ref().map(|h| h.path.as_str()))
+        .collect();
+    assert!(
+        host_paths
+            .iter()
+            .all(|p| !"/etc/kubernetes/admin.conf".starts_with(p)
+                && !"/etc/kubernetes/pki".starts_with(p)),
+        "nothing of /etc/kubernetes but the manifests: {host_paths:?}"
+    );
+
+    // The agent: credentials, a non-root user, nothing of the host.
+    let agent = pod.containers.iter().find(|c| c.name == "maintd").unwrap();
+    assert!(credentials(agent));
+    let agent_sc = agent.security_context.as_ref().unwrap();
+    assert_eq!(agent_sc.run_as_non_root, Some(true));
+    let agent_uid = agent_sc.run_as_user.unwrap();
+    let agent_gid = agent_sc.run_as_group.unwrap();
+    assert_ne!(agent_uid, 0);
+    for m in agent.volume_mounts.iter().flatten() {
+        assert!(
+            host_path(&m.name).is_none(),
+            "the agent mounts {} from the host",
+            m.mount_path
+        );
+    }
+    let env_of = |c: &k8s_openapi::api::core::v1::Container, name: &str| {
+        c.env
+            .iter()
+            .flatten()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+    };
     for (name, path) in [
         ("NODE_NAME", "spec.nodeName"),
         ("POD_NAME", "metadata.name"),
         ("POD_NAMESPACE", "metadata.namespace"),
     ] {
-        let e = env
+        let e = agent
+            .env
             .iter()
+            .flatten()
             .find(|e| e.name == name)
             .unwrap_or_else(|| panic!("{name} is set"));
         let field = e
@@ -296,44 +374,91 @@ fn daemonset_runs_everywhere_with_what_the_agent_needs_and_little_else() {
             .unwrap();
         assert_eq!(field.field_path, path, "{name}");
     }
-    let local = env
-        .iter()
-        .find(|e| e.name == "MAINTD_LISTEN_LOCAL")
-        .unwrap();
     assert!(
-        local.value.as_deref().unwrap().starts_with("/run/maintd/"),
-        "drain requests on a unix socket"
+        env_of(agent, "MAINTD_LISTEN")
+            .unwrap()
+            .starts_with("127.0.0.1:")
     );
-    let readonly = env.iter().find(|e| e.name == "MAINTD_LISTEN").unwrap();
-    assert!(readonly.value.as_deref().unwrap().starts_with("127.0.0.1:"));
+    for probe in [&agent.readiness_probe, &agent.liveness_probe] {
+        let get = probe.as_ref().and_then(|p| p.http_get.as_ref()).unwrap();
+        assert_eq!(
+            get.host.as_deref(),
+            Some("127.0.0.1"),
+            "probes use loopback"
+        );
+    }
 
-    let mounts: Vec<_> = c
+    // The node helper: the host's bus and static pods, no credentials; it
+    // and the agent meet on sockets in a volume of their own.
+    let helper = pod
+        .containers
+        .iter()
+        .find(|c| c.args.as_deref() == Some(&["node-helper".to_string()][..]))
+        .expect("a node helper container");
+    assert!(!credentials(helper));
+    let shared = |c: &k8s_openapi::api::core::v1::Container, var: &str| {
+        let path = env_of(c, var).unwrap_or_else(|| panic!("{var} set on {}", c.name));
+        let m = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| Path::new(&path).starts_with(&m.mount_path))
+            .unwrap_or_else(|| panic!("{path} is mounted in {}", c.name));
+        assert!(
+            volume(&m.name).empty_dir.is_some(),
+            "{path} is the pod's own"
+        );
+        (m.name.clone(), path)
+    };
+    assert_eq!(
+        shared(agent, "MAINTD_NODE_HELPER"),
+        shared(helper, "MAINTD_NODE_HELPER")
+    );
+    assert_eq!(
+        shared(agent, "MAINTD_LISTEN_LOCAL"),
+        shared(helper, "MAINTD_AGENT_SOCKET")
+    );
+    assert_eq!(
+        env_of(helper, "MAINTD_AGENT_UID"),
+        Some(agent_uid.to_string())
+    );
+    assert_eq!(
+        env_of(helper, "MAINTD_AGENT_GID"),
+        Some(agent_gid.to_string())
+    );
+    let groups = pod
+        .security_context
+        .as_ref()
+        .unwrap()
+        .supplemental_groups
+        .clone();
+    assert!(
+        groups.unwrap_or_default().contains(&agent_gid),
+        "the helper (no capability) is in the agent's group to reach its socket"
+    );
+    assert_eq!(
+        env_of(helper, "MAINTD_HOST_SOCKET").as_deref(),
+        Some(maintd::cli::DEFAULT_SOCKET)
+    );
+    let mounts: Vec<_> = helper
         .volume_mounts
         .iter()
         .flatten()
         .map(|v| (v.name.as_str(), v.mount_path.as_str()))
         .collect();
-    let volumes = pod.volumes.as_ref().unwrap();
-    let host_path = |name: &str| {
-        volumes
-            .iter()
-            .find(|v| v.name == name)
-            .and_then(|v| v.host_path.as_ref())
-            .map(|h| h.path.clone())
-    };
-    // The bus socket, the agent's socket directory, and one mount holding
+    // The bus socket, the host's socket directory, and one mount holding
     // both the static pod directory and its stash (renames between two
     // mounts fail with EXDEV). Not /etc/kubernetes: it holds admin.conf
     // and the cluster's keys.
     for path in [
         "/run/dbus/system_bus_socket",
-        "/run/maintd/maintd.sock",
+        maintd::cli::DEFAULT_SOCKET,
         "/etc/kubernetes/manifests",
         "/etc/kubernetes/manifests/.maintd-stash",
     ] {
         let (vol, at) = mounts
             .iter()
-            .find(|(_, at)| path.starts_with(at))
+            .find(|(_, at)| Path::new(path).starts_with(at))
             .unwrap_or_else(|| panic!("{path} is mounted"));
         let host = host_path(vol).unwrap();
         assert_eq!(host, *at, "{path} is the host's own");
@@ -348,48 +473,18 @@ fn daemonset_runs_everywhere_with_what_the_agent_needs_and_little_else() {
         stash_mount, dir_mount,
         "the static pod directory and its stash share one mount"
     );
-    let host_paths: Vec<_> = volumes
-        .iter()
-        .filter_map(|v| v.host_path.as_ref().map(|h| h.path.as_str()))
-        .collect();
-    assert!(
-        host_paths
-            .iter()
-            .all(|p| !"/etc/kubernetes/admin.conf".starts_with(p)
-                && !"/etc/kubernetes/pki".starts_with(p)),
-        "nothing of /etc/kubernetes but the manifests: {host_paths:?}"
-    );
-    for probe in [&c.readiness_probe, &c.liveness_probe] {
-        let get = probe.as_ref().and_then(|p| p.http_get.as_ref()).unwrap();
-        assert_eq!(
-            get.host.as_deref(),
-            Some("127.0.0.1"),
-            "probes use loopback"
-        );
-    }
-
     // The kubelet's config, for its staticPodPath: that file only, read-only.
-    let kubelet = c
+    let kubelet = helper
         .volume_mounts
         .iter()
         .flatten()
         .find(|m| m.mount_path == maintd::drain::static_path::KUBELET_CONFIGS[0])
-        .expect("the kubelet config is mounted where the agent looks");
+        .expect("the kubelet config is mounted where the helper looks");
     assert_eq!(kubelet.read_only, Some(true));
     assert_eq!(
         host_path(&kubelet.name).as_deref(),
         Some(maintd::drain::static_path::KUBELET_CONFIGS[0])
     );
-
-    let sc = c.security_context.as_ref().unwrap();
-    assert_eq!(sc.allow_privilege_escalation, Some(false));
-    assert_eq!(sc.read_only_root_filesystem, Some(true));
-    assert_ne!(sc.privileged, Some(true));
-    let caps = sc.capabilities.as_ref().unwrap();
-    assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]));
-    assert!(caps.add.as_ref().is_none_or(|a| a.is_empty()));
-    let req = c.resources.as_ref().unwrap().requests.as_ref().unwrap();
-    assert!(req.contains_key("cpu") && req.contains_key("memory"));
 }
 
 /// Runs one agent (with --medik8s) through every kind of maintenance on

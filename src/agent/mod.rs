@@ -60,16 +60,19 @@ impl Agent {
         let guard = watch_guard(&config, &health);
         let budgets = BudgetWatches::new(client.clone(), guard);
         let ops = ClusterOps::new(client, &config.node);
-        let stash = Some(StaticPodStash::new(
+        let mut stash = StaticPodStash::new(
             config.static_pods.dir.clone(),
             config.static_pod_stash.clone(),
-        ));
+        );
+        if let Some(helper) = &config.node_helper {
+            stash = stash.through_helper(helper.clone());
+        }
         Agent {
             drainer: Drainer {
                 ops,
                 pods: Index::new(),
                 budgets,
-                stash,
+                stash: Some(stash),
                 progress,
                 taint: TaintSpec::draining(),
                 memory: Default::default(),
@@ -219,6 +222,7 @@ impl Agent {
         }
         let shutdown = self.config.shutdown.as_ref().map(|st| {
             let mut cfg = InhibitorConfig::new(&self.config.node);
+            cfg.helper = self.config.node_helper.clone();
             if let Some(bus) = &st.bus {
                 cfg.bus = BusAddress::Address(bus.clone());
             }
@@ -346,6 +350,7 @@ impl Agent {
         let listeners = crate::http::Listeners {
             readonly: self.config.listen,
             local: self.config.listen_local.clone(),
+            local_group: self.config.node_helper.is_some(),
             fleetlock: self.config.listen_fleetlock,
         };
         crate::http::start(ep, &listeners, stop).await;

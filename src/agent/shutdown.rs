@@ -88,18 +88,9 @@ impl Agent {
 
 /// When a file was moved into the stash: its inode's change time (a rename
 /// sets it), as an Instant of this process.
-fn moved_at(path: &std::path::Path) -> Option<Instant> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).ok()?;
-    let changed = std::time::UNIX_EPOCH
-        + Duration::new(
-            u64::try_from(meta.ctime()).ok()?,
-            u32::try_from(meta.ctime_nsec()).ok()?,
-        );
-    let ago = std::time::SystemTime::now()
-        .duration_since(changed)
-        .unwrap_or(Duration::ZERO);
-    Instant::now().checked_sub(ago)
+/// When a stashed manifest was moved (so its pod was told to stop).
+fn moved_at(m: &crate::drain::static_pods::Manifest) -> Option<Instant> {
+    Instant::now().checked_sub(Duration::from_millis(m.changed_ago_ms?))
 }
 
 /// With no answer from the API server for this long during a shutdown,
@@ -235,7 +226,7 @@ impl Reconciler {
             let m = stashed
                 .iter()
                 .find(|m| crate::drain::executor::is_manifest_of(m, pod, &agent.config.node))?;
-            let moved = moved_at(&stash.stash_dir.join(&m.file))?;
+            let moved = moved_at(m)?;
             done = done.max(later(moved, seconds(pod.grace_seconds)));
         }
         Some(done)
@@ -255,7 +246,7 @@ impl Reconciler {
         let mut earlier_done = now;
         if let Some(stash) = &agent.drainer.stash {
             for m in stash.stashed_manifests().unwrap_or_default() {
-                if let Some(moved) = moved_at(&stash.stash_dir.join(&m.file)) {
+                if let Some(moved) = moved_at(&m) {
                     earlier_done = earlier_done.max(later(moved, seconds(m.grace_seconds)));
                 }
             }

@@ -19,7 +19,10 @@ impl Agent {
             .drainer
             .stash
             .as_ref()
-            .is_some_and(|s| s.stashed().map(|f| !f.is_empty()).unwrap_or(false));
+            // A stash that cannot be read now (the node helper still
+            // starting) may hold manifests: the undo is tried, and retried
+            // until it can be read.
+            .is_some_and(|s| s.stashed().map(|f| !f.is_empty()).unwrap_or(true));
         marked || stashed
     }
 

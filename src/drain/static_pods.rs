@@ -19,6 +19,8 @@ use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::node_helper::{FileOp, HelperClient};
+
 const JOURNAL: &str = ".maintd-journal.json";
 
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +38,8 @@ pub enum StashError {
         "the stash {stash} is on a different filesystem than {manifests}; a move between them would not be atomic — put the stash beside the static pod directory (--static-pod-stash)"
     )]
     DifferentFilesystem { manifests: PathBuf, stash: PathBuf },
+    #[error("{0}")]
+    Helper(#[from] crate::node_helper::HelperError),
     #[error("moving {from} to {to}: {error}")]
     Move {
         from: PathBuf,
@@ -55,7 +59,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StashError + '_ {
 pub const DEFAULT_GRACE_SECONDS: i64 = 30;
 
 /// One manifest in the kubelet's directory.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     /// File name within the directory.
     pub file: String,
@@ -68,16 +72,20 @@ pub struct Manifest {
     pub grace_seconds: i64,
     /// Why the manifest could not be read, if it could not.
     pub error: Option<String>,
+    /// How long ago the file was last changed or moved, in milliseconds
+    /// (for a stashed manifest: since its pod was told to stop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed_ago_ms: Option<u64>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StashReport {
     pub stashed: Vec<String>,
     /// An interrupted earlier operation that was finished first.
     pub recovered: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RestoreReport {
     pub restored: Vec<String>,
     /// Files an admin had already put back: both copies kept; the stashed
@@ -92,11 +100,13 @@ struct Journal {
     files: Vec<String>,
 }
 
-/// The manifest stash of one node.
+/// The manifest stash of one node: its files, or the node helper that
+/// holds them (then the directories are the helper's, for messages only).
 #[derive(Debug, Clone)]
 pub struct StaticPodStash {
     pub manifest_dir: PathBuf,
     pub stash_dir: PathBuf,
+    helper: Option<HelperClient>,
 }
 
 /// The stash's name inside the static pod directory: a dot-directory, which
@@ -111,6 +121,15 @@ impl StaticPodStash {
         StaticPodStash {
             manifest_dir,
             stash_dir,
+            helper: None,
+        }
+    }
+
+    /// The same stash, its files moved by the node helper at `socket`.
+    pub fn through_helper(self, socket: PathBuf) -> Self {
+        StaticPodStash {
+            helper: Some(HelperClient::new(socket)),
+            ..self
         }
     }
 
@@ -124,6 +143,7 @@ impl StaticPodStash {
         (dir != self.stash_dir && dir.is_dir()).then(|| StaticPodStash {
             manifest_dir: self.manifest_dir.clone(),
             stash_dir: dir,
+            helper: None,
         })
     }
 
@@ -134,6 +154,9 @@ impl StaticPodStash {
 
     /// The manifests the kubelet would run (regular files, not dotfiles).
     pub fn manifests(&self) -> Result<Vec<Manifest>, StashError> {
+        if let Some(h) = &self.helper {
+            return Ok(h.files(FileOp::Manifests)?);
+        }
         if !self.manifest_dir.is_dir() {
             return Err(StashError::ManifestDirMissing(self.manifest_dir.clone()));
         }
@@ -143,11 +166,17 @@ impl StaticPodStash {
     /// The manifests moved into the stash (a drain resumed after they were
     /// moved finds its static pods there); empty when there is no stash.
     pub fn stashed_manifests(&self) -> Result<Vec<Manifest>, StashError> {
+        if let Some(h) = &self.helper {
+            return Ok(h.files(FileOp::StashedManifests)?);
+        }
         read_manifests(&self.stash_dir, self.stashed()?)
     }
 
     /// What is in the stash now.
     pub fn stashed(&self) -> Result<Vec<String>, StashError> {
+        if let Some(h) = &self.helper {
+            return Ok(h.files(FileOp::Stashed)?);
+        }
         if !self.stash_dir.is_dir() {
             return Ok(Vec::new());
         }
@@ -221,6 +250,10 @@ impl StaticPodStash {
     /// Moves the named manifests (all with None) into the stash.
     /// Idempotent: a file already stashed is fine.
     pub fn stash(&self, files: Option<&[String]>) -> Result<StashReport, StashError> {
+        if let Some(h) = &self.helper {
+            let files = files.map(<[String]>::to_vec);
+            return Ok(h.files(FileOp::Stash { files })?);
+        }
         if !self.manifest_dir.is_dir() {
             return Err(StashError::ManifestDirMissing(self.manifest_dir.clone()));
         }
@@ -262,6 +295,9 @@ impl StaticPodStash {
     /// stashed copy stays in the stash under a `.conflict-` name.
     /// Idempotent.
     pub fn restore(&self) -> Result<RestoreReport, StashError> {
+        if let Some(h) = &self.helper {
+            return Ok(h.files(FileOp::Restore)?);
+        }
         let mut report = self.restore_own()?;
         if let Some(earlier) = self.earlier_stash() {
             let more = earlier.restore_own()?;
@@ -324,6 +360,7 @@ fn read_manifests(dir: &Path, files: Vec<String>) -> Result<Vec<Manifest>, Stash
     let mut out = Vec::new();
     for file in files {
         let path = dir.join(&file);
+        let changed_ago_ms = changed_ago_ms(&path);
         let parsed = fs::read_to_string(&path)
             .map_err(|e| e.to_string())
             .and_then(|t| serde_saphyr::from_str::<Value>(&t).map_err(|e| e.to_string()));
@@ -343,6 +380,7 @@ fn read_manifests(dir: &Path, files: Vec<String>) -> Result<Vec<Manifest>, Stash
                     .unwrap_or(DEFAULT_GRACE_SECONDS),
                 error: (!v["metadata"]["name"].is_string())
                     .then(|| "the manifest has no metadata.name".to_string()),
+                changed_ago_ms,
             },
             Err(e) => Manifest {
                 file,
@@ -350,10 +388,25 @@ fn read_manifests(dir: &Path, files: Vec<String>) -> Result<Vec<Manifest>, Stash
                 namespace: None,
                 grace_seconds: DEFAULT_GRACE_SECONDS,
                 error: Some(e),
+                changed_ago_ms,
             },
         });
     }
     Ok(out)
+}
+
+/// How long ago `path` last changed (its ctime: a rename sets it).
+fn changed_ago_ms(path: &Path) -> Option<u64> {
+    let meta = fs::metadata(path).ok()?;
+    let changed = std::time::UNIX_EPOCH
+        + std::time::Duration::new(
+            u64::try_from(meta.ctime()).ok()?,
+            u32::try_from(meta.ctime_nsec()).ok()?,
+        );
+    let ago = std::time::SystemTime::now()
+        .duration_since(changed)
+        .unwrap_or_default();
+    u64::try_from(ago.as_millis()).ok()
 }
 
 fn list_files(dir: &Path) -> Result<Vec<String>, StashError> {

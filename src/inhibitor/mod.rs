@@ -12,11 +12,12 @@
 //! The lock holder runs in its own task: losing D-Bus or logind never stops
 //! the other triggers, it only produces [`ShutdownEvent::LockLost`].
 
+mod remote;
 mod runner;
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::logind::BusAddress;
@@ -67,6 +68,9 @@ pub struct InhibitorConfig {
     pub reconnect_initial: Duration,
     /// Cap of the reconnect delay.
     pub reconnect_max: Duration,
+    /// The node helper holds the lock for us (the agent has no system bus
+    /// in the DaemonSet): its socket. None: talk to logind directly.
+    pub helper: Option<std::path::PathBuf>,
 }
 
 impl InhibitorConfig {
@@ -83,6 +87,7 @@ impl InhibitorConfig {
             restore_grace: Duration::from_millis(250),
             reconnect_initial: Duration::from_millis(200),
             reconnect_max: Duration::from_secs(30),
+            helper: None,
         }
     }
 
@@ -96,7 +101,7 @@ impl InhibitorConfig {
 }
 
 /// What the shutdown trigger learns from logind.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ShutdownEvent {
     /// Our delay lock is (again) held: logind will wait for us.
     LockHeld,
@@ -136,7 +141,7 @@ pub enum ShutdownEvent {
 }
 
 /// Another delay lock on shutdown, for the status.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompetingInhibitor {
     /// `who` as logind shows it.
     pub who: String,
@@ -145,7 +150,7 @@ pub struct CompetingInhibitor {
 }
 
 /// Snapshot for `/v1/status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InhibitorStatus {
     /// logind will wait for us right now.
     pub held: bool,
@@ -153,7 +158,11 @@ pub struct InhibitorStatus {
     pub preparing: bool,
     /// The last budget read from logind (`InhibitDelayMaxUSec`), in seconds
     /// on the wire. logind does not wait longer than this.
-    #[serde(rename = "budget_seconds", serialize_with = "serialize_secs")]
+    #[serde(
+        rename = "budget_seconds",
+        serialize_with = "serialize_secs",
+        deserialize_with = "deserialize_secs"
+    )]
     pub budget: Option<Duration>,
     /// Our token in `why`.
     pub token: String,
@@ -168,6 +177,15 @@ fn serialize_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S:
         Some(d) => s.serialize_some(&d.as_secs_f64()),
         None => s.serialize_none(),
     }
+}
+
+fn deserialize_secs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let secs = Option::<f64>::deserialize(d)?;
+    secs.map(|s| {
+        Duration::try_from_secs_f64(s)
+            .map_err(|_| serde::de::Error::custom(format!("{s} is not a number of seconds")))
+    })
+    .transpose()
 }
 
 /// Errors of the handle.
@@ -199,7 +217,19 @@ impl ShutdownInhibitor {
             competing: Vec::new(),
             last_error: None,
         });
-        let task = tokio::spawn(runner::Runner::new(config, events_tx, status_tx, cmd_rx).run());
+        let task = match config.helper.clone() {
+            Some(socket) => tokio::spawn(
+                remote::Remote {
+                    cfg: config,
+                    helper: crate::node_helper::HelperClient::new(socket),
+                    events: events_tx,
+                    status: status_tx,
+                    commands: cmd_rx,
+                }
+                .run(),
+            ),
+            None => tokio::spawn(runner::Runner::new(config, events_tx, status_tx, cmd_rx).run()),
+        };
         (
             InhibitorHandle {
                 commands: cmd_tx,
