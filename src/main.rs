@@ -105,7 +105,7 @@ enum Command {
         /// The host's socket for `maintd drain`, served for root only and
         /// passed through to --agent-local. Empty to turn it off.
         #[arg(long, env = "MAINTD_HOST_SOCKET", default_value = maintd::cli::DEFAULT_SOCKET)]
-        host_socket: PathBuf,
+        host_socket: String,
         /// The agent's own drain socket (its --listen-local).
         #[arg(
             long,
@@ -397,7 +397,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     maintd::logind::BusAddress::System,
                     maintd::logind::BusAddress::Address,
                 ),
-                relay: (!host_socket.as_os_str().is_empty()).then_some((host_socket, agent_socket)),
+                relay: (!host_socket.trim().is_empty())
+                    .then(|| (PathBuf::from(host_socket.trim()), agent_socket)),
             };
             let stop = CancellationToken::new();
             let mut task = tokio::spawn(maintd::node_helper::serve(config, stop.clone()));

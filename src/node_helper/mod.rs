@@ -142,3 +142,6 @@ pub(crate) async fn write_line(
     write.write_all(&body).await?;
     write.flush().await
 }
+
+#[cfg(test)]
+mod tests;
