@@ -42,6 +42,21 @@ fn proc_stat(pid: u32) -> (f64, u64) {
     (cpu / ticks, rss_kib)
 }
 
+/// Of the resident memory, what is the process' own (heap, stacks) and
+/// what is its binary's pages mapped from disk, in KiB.
+fn rss_split(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("RssAnon:"), field("RssFile:"))
+}
+
 fn counts(sim: &SimCluster) -> (usize, usize) {
     let reqs = sim.state.audit.requests();
     (
@@ -64,22 +79,25 @@ async fn main() {
     sim.wait_settled(Duration::from_secs(60))
         .await
         .expect("settled");
-    // The CRD is installed, as deploy/ does.
+    // The CRDs are installed, as deploy/ does: NodeMaintenance and the
+    // NodeDrain each agent writes its status to.
     let crds = sim.state.store().resource(&Gr::crds()).expect("crds");
-    let crd = serde_json::to_value(maintd::api::crd().expect("crd")).expect("crd json");
-    verbs::create(
-        &sim.state,
-        &crds,
-        None,
-        crd,
-        &Writer {
-            manager: "bench".into(),
-            force: false,
-            user: None,
-        },
-        false,
-    )
-    .expect("crd created");
+    for crd in [maintd::api::crd(), maintd::api::nodedrain_crd()] {
+        let crd = serde_json::to_value(crd.expect("crd")).expect("crd json");
+        verbs::create(
+            &sim.state,
+            &crds,
+            None,
+            crd,
+            &Writer {
+                manager: "bench".into(),
+                force: false,
+                user: None,
+            },
+            false,
+        )
+        .expect("crd created");
+    }
     let kc = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(kc.path(), maintd::testbed::agent_kubeconfig(&sim, "node-a")).unwrap();
     let log = tempfile::NamedTempFile::new().unwrap();
@@ -134,9 +152,12 @@ async fn main() {
     let (cpu1, rss) = proc_stat(pid);
     let window = start.elapsed().as_secs_f64();
     println!("idle agent, node with 110 pods, {window:.0} s");
+    let (anon, file) = rss_split(pid);
     println!(
-        "  resident memory                {:8.1} MiB",
-        rss as f64 / 1024.0
+        "  resident memory                {:8.1} MiB  ({:.1} MiB heap and stacks, {:.1} MiB of the binary's pages)",
+        rss as f64 / 1024.0,
+        anon as f64 / 1024.0,
+        file as f64 / 1024.0
     );
     println!(
         "  CPU time                       {:8.3} s  ({:.3} % of one core)",
@@ -211,6 +232,113 @@ async fn main() {
         "  resident memory after          {:8.1} MiB",
         rss2 as f64 / 1024.0
     );
+    status_writer(&sim, pid, &mut alive).await;
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// How many NodeDrain objects the status writer holds in the bench: one per
+/// node of a 5,000-node cluster.
+const FLEET: usize = 5_000;
+
+/// The agent as the holder of the status-writer Lease in a 5,000-node
+/// cluster: it watches every NodeDrain. Its resident memory once it holds
+/// them, at its highest while it lists them all again after an API server
+/// restart, and after. The goal is 64 MiB (half the pod's limit).
+async fn status_writer(sim: &SimCluster, pid: u32, alive: &mut impl FnMut(&str)) {
+    let admin = Writer {
+        manager: "maintd".into(),
+        force: false,
+        user: None,
+    };
+    // A NodeMaintenance makes an agent take the Lease; this one selects no
+    // node, so nothing else changes.
+    let nms = sim
+        .state
+        .store()
+        .resource(&Gr::new("maintd.io", "nodemaintenances"))
+        .expect("the CRD is installed");
+    let nm = json!({"apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
+        "metadata": {"name": "fleet"},
+        "spec": {"nodeSelector": {"matchLabels": {"pool": "none"}}, "stage": "Drain", "maxConcurrentDrains": 10}});
+    verbs::create(&sim.state, &nms, None, nm, &admin, false).expect("NodeMaintenance");
+    let (_, rss_before) = proc_stat(pid);
+    let drains = sim
+        .state
+        .store()
+        .resource(&Gr::new("maintd.io", "nodedrains"))
+        .expect("the CRD is installed");
+    for i in 0..FLEET {
+        let node = format!("fleet-{i:05}");
+        let nd = json!({"apiVersion": "maintd.io/v1alpha1", "kind": "NodeDrain",
+            "metadata": {"name": node, "labels": {"maintd.io/node": node}},
+            "status": {
+                "nodeName": node, "phase": "Blocked", "stage": "3", "podsTotal": 110,
+                "podsRemaining": 4, "progress": "106/110", "blockersTotal": 1,
+                "blockers": [{"namespace": "shop", "pod": format!("db-{i}"),
+                    "reason": "The disruption budget db needs 2 healthy pods and has 2 currently"}],
+                "triggers": ["NodeMaintenance fleet (stage Drain)"], "maintenances": ["fleet"],
+                "lockHeld": true, "startedAt": "2026-11-25T10:00:00Z",
+                "updatedAt": "2026-11-25T10:05:00Z"}});
+        verbs::create(&sim.state, &drains, None, nd, &admin, true).expect("NodeDrain");
+    }
+    // The writer did the work: the aggregate counts every node.
+    let t = Instant::now();
+    loop {
+        alive("while the status writer takes in the NodeDrain objects");
+        let blocked = sim
+            .state
+            .store()
+            .get(&Gr::new("maintd.io", "nodemaintenances"), "", "fleet")
+            .map(|nm| nm["status"]["blockedNodes"].as_u64() == Some(FLEET as u64));
+        if blocked == Some(true) {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(180),
+            "the status writer did not aggregate {FLEET} NodeDrain objects within 180 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let holding = settle(pid, alive).await;
+    // An API server restart: every watch ends and must list again.
+    sim.state.restart();
+    let mut peak = 0;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(15) {
+        alive("while the status writer lists again");
+        peak = peak.max(proc_stat(pid).1);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let after = settle(pid, alive).await;
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    println!("status writer with {FLEET} NodeDrain objects");
+    println!(
+        "  resident memory before         {:8.1} MiB",
+        mib(rss_before)
+    );
+    println!("  holding them                   {:8.1} MiB", mib(holding));
+    println!(
+        "  highest during a relist        {:8.1} MiB  (goal 64)",
+        mib(peak.max(holding))
+    );
+    println!("  after the relist               {:8.1} MiB", mib(after));
+}
+
+/// The agent's resident memory once it has stopped growing (3 s without
+/// growth, at most 60 s).
+async fn settle(pid: u32, alive: &mut impl FnMut(&str)) -> u64 {
+    let t = Instant::now();
+    let mut last = proc_stat(pid).1;
+    let mut steady_since = Instant::now();
+    while t.elapsed() < Duration::from_secs(60) && steady_since.elapsed() < Duration::from_secs(3) {
+        alive("while taking in the NodeDrain objects");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = proc_stat(pid).1;
+        if now > last {
+            last = now;
+            steady_since = Instant::now();
+        }
+    }
+    last
 }

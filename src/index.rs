@@ -30,6 +30,11 @@ pub struct WatchTarget {
     /// Ask for metadata only (`PartialObjectMetadata`): the objects' specs
     /// and statuses are not sent, only names, uids, generations, labels.
     pub metadata_only: bool,
+    /// What is kept of each object, applied as it arrives (page by page
+    /// on a list). By default everything but `metadata.managedFields`,
+    /// which are often the larger part of an object and which only the
+    /// agent's own Node needs (to name who uncordoned it).
+    pub trim: fn(&mut Value),
 }
 
 impl WatchTarget {
@@ -39,7 +44,22 @@ impl WatchTarget {
             field_selector,
             guard,
             metadata_only: false,
+            trim: strip_managed_fields,
         }
+    }
+
+    /// The same watch, keeping the objects whole, `metadata.managedFields`
+    /// included.
+    pub fn keeping_managed_fields(mut self) -> Self {
+        self.trim = |_| {};
+        self
+    }
+
+    /// The same watch, keeping of each object only what `trim` leaves: for
+    /// views of many objects of which little is read.
+    pub fn trimmed_with(mut self, trim: fn(&mut Value)) -> Self {
+        self.trim = trim;
+        self
     }
 
     /// The same watch, of the objects' metadata only.
@@ -354,7 +374,7 @@ impl Index {
                 lp = lp.fields(fs);
             }
             let list = tokio::select! {
-                r = tokio::time::timeout(idle, list_all(&client, &req, &lp, target.metadata_only)) => r,
+                r = tokio::time::timeout(idle, list_all(&client, &req, &lp, &target)) => r,
                 _ = stop.cancelled() => return,
             };
             let mut rv = match list {
@@ -459,11 +479,14 @@ impl Index {
                             }
                             continue 'relist;
                         }
-                        Ok(Some(ev)) => {
+                        Ok(Some(mut ev)) => {
                             health.ok();
                             backoff.reset();
                             if let Some(new_rv) = event_rv(&ev) {
                                 rv = new_rv;
+                            }
+                            if let WatchEvent::Added(o) | WatchEvent::Modified(o) = &mut ev {
+                                (target.trim)(o);
                             }
                             self.apply(ev);
                         }
@@ -487,25 +510,29 @@ impl Index {
     }
 }
 
+/// Lists every object, page by page, each trimmed as its page arrives.
 async fn list_all(
     client: &kube::Client,
     req: &Request,
     lp: &ListParams,
-    metadata_only: bool,
+    target: &WatchTarget,
 ) -> Result<(Vec<Value>, String), kube::Error> {
     let mut items = Vec::new();
     let mut lp = lp.clone();
     lp.limit = Some(500);
     loop {
         let mut http_req = req.list(&lp).map_err(kube::Error::BuildRequest)?;
-        if metadata_only {
+        if target.metadata_only {
             http_req.headers_mut().insert(
                 http::header::ACCEPT,
                 http::HeaderValue::from_static(ACCEPT_METADATA_LIST),
             );
         }
         let page: ObjectList<Value> = client.request(http_req).await?;
-        items.extend(page.items);
+        items.extend(page.items.into_iter().map(|mut o| {
+            (target.trim)(&mut o);
+            o
+        }));
         match page.metadata.continue_ {
             Some(c) if !c.is_empty() => {
                 // Later pages come from the first page's snapshot; the API
@@ -516,6 +543,14 @@ async fn list_all(
             }
             _ => return Ok((items, page.metadata.resource_version.unwrap_or_default())),
         }
+    }
+}
+
+/// Drops `metadata.managedFields`, which nothing of the agent reads but
+/// the Node's.
+pub fn strip_managed_fields(o: &mut Value) {
+    if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
     }
 }
 

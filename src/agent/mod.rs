@@ -191,22 +191,30 @@ impl Agent {
     pub async fn run(self, stop: CancellationToken) {
         let client = self.drainer.ops.client().clone();
         let node = &self.config.node;
+        let guard = self.watch_guard();
         let watches = [
             (
                 self.drainer.pods.clone(),
-                "/api/v1/pods",
-                Some(format!("spec.nodeName={node}")),
+                WatchTarget::new(
+                    "/api/v1/pods",
+                    Some(format!("spec.nodeName={node}")),
+                    guard.clone(),
+                ),
             ),
             (
                 self.node.clone(),
-                "/api/v1/nodes",
-                Some(format!("metadata.name={node}")),
+                // Its managedFields say who uncordoned it.
+                WatchTarget::new(
+                    "/api/v1/nodes",
+                    Some(format!("metadata.name={node}")),
+                    guard,
+                )
+                .keeping_managed_fields(),
             ),
         ];
         // Budgets are watched only while a pod is blocked by one.
         self.drainer.budgets.stop_with(&stop);
-        for (index, path, fields) in watches {
-            let target = WatchTarget::new(path, fields, self.watch_guard());
+        for (index, target) in watches {
             tokio::spawn(index.run(client.clone(), target, stop.clone()));
         }
         tokio::spawn(self.maintenance.clone().run(

@@ -79,7 +79,11 @@ async fn the_helper_moves_only_manifests_of_its_own_directory() {
     )
     .await
     .unwrap();
-    assert_eq!(report.stashed, ["etcd.yaml"], "only a file of its directory");
+    assert_eq!(
+        report.stashed,
+        ["etcd.yaml"],
+        "only a file of its directory"
+    );
     assert!(dir.path().join("outside.yaml").exists());
     let stashed: Vec<Manifest> = files(&client, FileOp::StashedManifests).await.unwrap();
     assert_eq!(stashed[0].file, "etcd.yaml");

@@ -28,6 +28,29 @@ use crate::coordination::lease::{self as lease_body, SlotState};
 use crate::index::{Index, WatchGuard, WatchTarget, sleep_until};
 use crate::trigger::maintenance::MaintenanceTrigger;
 
+/// Trims a NodeDrain to what [`aggregate`] reads: its identity, and of its
+/// status the node, phase, maintenances, first blocker and last error.
+fn keep_what_aggregates_read(o: &mut Value) {
+    let meta = &o["metadata"];
+    let mut status = serde_json::Map::new();
+    for key in ["nodeName", "phase", "maintenances", "lastError"] {
+        if let Some(v) = o["status"].get(key) {
+            status.insert(key.to_string(), v.clone());
+        }
+    }
+    if let Some(first) = o["status"]["blockers"].get(0) {
+        status.insert("blockers".into(), Value::Array(vec![first.clone()]));
+    }
+    *o = serde_json::json!({
+        "metadata": {
+            "name": meta["name"],
+            "uid": meta["uid"],
+            "resourceVersion": meta["resourceVersion"],
+        },
+        "status": status,
+    });
+}
+
 /// The Lease that says which agent writes NodeMaintenance status.
 pub const LEASE_NAME: &str = "maintd-status-writer";
 /// How long a hold lasts without renewal.
@@ -186,7 +209,10 @@ impl StatusWriter {
         tracing::info!(node = %self.node, "writing NodeMaintenance status for the cluster (holding {LEASE_NAME})");
         let drains = Index::new();
         let child = stop.child_token();
-        let target = WatchTarget::new(NODEDRAINS_PATH, None, self.guard.clone());
+        // One NodeDrain per node: at 5,000 nodes, whole objects would take
+        // most of the pod's memory. Only what the aggregates read is kept.
+        let target = WatchTarget::new(NODEDRAINS_PATH, None, self.guard.clone())
+            .trimmed_with(keep_what_aggregates_read);
         tokio::spawn(
             drains
                 .clone()
@@ -325,6 +351,35 @@ fn renewed_at(lease: &Lease) -> Option<Instant> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trimmed_node_drain_aggregates_as_the_whole_one_does() {
+        let whole = serde_json::json!({
+            "metadata": {"name": "node-a", "uid": "u1", "resourceVersion": "7",
+                "managedFields": [{"manager": "maintd", "fieldsV1": {"f:status": {}}}]},
+            "status": {"nodeName": "node-a", "phase": "Blocked", "stage": "2",
+                "podsTotal": 110, "podsRemaining": 3, "progress": "107/110",
+                "blockers": [
+                    {"namespace": "shop", "pod": "db-0", "reason": "budget db allows no disruption"},
+                    {"namespace": "shop", "pod": "db-1", "reason": "budget db allows no disruption"}],
+                "blockersTotal": 2, "triggers": ["NodeMaintenance m (stage Drain)"],
+                "maintenances": ["m"], "lastError": "x", "updatedAt": "2026-11-25T10:00:00Z"}});
+        let mut trimmed = whole.clone();
+        keep_what_aggregates_read(&mut trimmed);
+        assert!(trimmed["metadata"].get("managedFields").is_none());
+        assert_eq!(trimmed["metadata"]["uid"], "u1");
+        let read =
+            |v: &Value| -> NodeDrainStatus { serde_json::from_value(v["status"].clone()).unwrap() };
+        assert_eq!(
+            aggregate("m", [&read(&whole)]),
+            aggregate("m", [&read(&trimmed)])
+        );
+        assert!(
+            serde_json::to_vec(&trimmed).unwrap().len() * 2
+                < serde_json::to_vec(&whole).unwrap().len(),
+            "less than half is kept"
+        );
+    }
 
     #[test]
     fn the_wait_between_writes_grows_with_the_agents_each_write_reaches() {
