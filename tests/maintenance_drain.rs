@@ -503,9 +503,9 @@ objects:
 - {apiVersion: v1, kind: Node, metadata: {name: node-c, labels: {pool: blue}}}
 "#;
 
-/// A maintenance over three nodes with `maxConcurrentDrains: 1`: every node
-/// is cordoned at once, but only one evicts at a time, each taking the
-/// object's drain slot and giving it back once drained; the others say
+/// A maintenance over three nodes with `maxConcurrentDrains: 1`: one node
+/// at a time is cordoned and evicts, each taking the object's drain slot
+/// and giving it back once drained; the others keep taking pods and say
 /// what they wait for. A budget holds the first node's drain until the
 /// waiting has been seen, so the test does not race a drain that is over
 /// in a second.
@@ -554,23 +554,43 @@ async fn a_maintenance_limited_to_one_drain_at_a_time_drains_its_nodes_one_after
     )
     .await;
 
-    // While one node drains, the others are cordoned and say why they wait.
+    // While one node drains, the others say why they wait, and are not
+    // cordoned: pods evicted from the first can land on them.
     let c = client.clone();
-    eventually("a waiting node names the slot's holder", || {
+    eventually("both waiting nodes name the slot's holder", || {
         let c = c.clone();
         async move {
+            let mut waiting = 0;
             for node in ["node-a", "node-b", "node-c"] {
                 let d = node_drain(&c, node).await;
                 if d["status"]["waiting"].as_str().is_some_and(|w| {
                     w.contains("NodeMaintenance one-at-a-time") && w.contains("held by node-")
                 }) {
-                    return true;
+                    waiting += 1;
                 }
             }
-            false
+            waiting == 2
         }
     })
     .await;
+    let mut cordoned = Vec::new();
+    for node in ["node-a", "node-b", "node-c"] {
+        let d = node_drain(&client, node).await;
+        if is_cordoned(&client, node).await {
+            cordoned.push(node);
+            assert!(
+                d["status"]["waiting"].is_null(),
+                "{node} holds the slot: {d}"
+            );
+        } else {
+            assert_eq!(d["status"]["phase"], "Idle", "{node} waits: {d}");
+        }
+    }
+    assert_eq!(
+        cordoned.len(),
+        1,
+        "only the slot's holder is cordoned: {cordoned:?}"
+    );
     // Nothing was drained while the slot's holder was held.
     for node in ["node-a", "node-b", "node-c"] {
         assert_ne!(

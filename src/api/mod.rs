@@ -84,9 +84,9 @@ pub struct NodeMaintenanceSpec {
     pub stage_timeout_seconds: Option<i64>,
     /// At most this many of the selected nodes evict at once. Each node
     /// takes one of the object's drain slots (Leases in maintd's
-    /// namespace) before it evicts, and gives it back once drained; the
-    /// others stay cordoned and wait. Unset: every selected node drains at
-    /// once.
+    /// namespace), is cordoned and evicts, and gives it back once drained;
+    /// the others wait their turn, not cordoned. Unset: every selected node
+    /// drains at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrent_drains: Option<i32>,
     /// A planned maintenance: each selected node waits for its agent's

@@ -68,6 +68,7 @@ pub fn contribute(effective: Option<&Effective>, desired: &mut Desired) {
     if e.evict() {
         desired.evict = true;
         if let Some((name, max)) = &e.drain_slots {
+            desired.stand_down_while_waiting.push(e.describe());
             desired.slot_asks.push(super::SlotAsk {
                 group: format!("nm-{name}"),
                 max: *max,

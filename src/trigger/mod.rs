@@ -31,6 +31,11 @@ pub struct Desired {
     /// Slots planned triggers ask the drain to hold before it evicts (a
     /// local drain's reboot slot, a NodeMaintenance's drain slot).
     pub slot_asks: Vec<SlotAsk>,
+    /// Sources that ask for nothing while the drain waits: a rolling
+    /// NodeMaintenance (`maxConcurrentDrains`) cordons a node when it takes
+    /// its drain slot, not before, so the nodes waiting their turn keep
+    /// taking pods.
+    pub stand_down_while_waiting: Vec<String>,
     /// A trigger wants the node drained now, slots or not: a shutdown, a
     /// taint, a NodeMaintenance without a limit, medik8s, FleetLock (which
     /// took its slot itself).
@@ -81,12 +86,15 @@ impl Desired {
     }
 
     /// What may happen while a planned drain waits: nothing of a local
-    /// drain (a node waiting its turn to reboot keeps serving); a
-    /// NodeMaintenance's node is cordoned, as its stage says, and evicts
-    /// nothing yet.
+    /// drain (a node waiting its turn to reboot keeps serving), nothing of
+    /// a rolling NodeMaintenance (the node is cordoned when its turn
+    /// comes); any other NodeMaintenance's node is cordoned, as its stage
+    /// says, and evicts nothing yet.
     pub fn while_waiting(mut self) -> Desired {
         self.evict = false;
-        self.sources.retain(|s| !s.starts_with(LOCAL_PREFIX));
+        let stand_down = std::mem::take(&mut self.stand_down_while_waiting);
+        self.sources
+            .retain(|s| !s.starts_with(LOCAL_PREFIX) && !stand_down.contains(s));
         self
     }
 
@@ -191,6 +199,30 @@ mod tests {
         assert_eq!(w.slot_asks, d.slot_asks);
         assert_eq!(w.stage_timeout, d.stage_timeout);
         assert!(w.policy);
+    }
+
+    #[test]
+    fn a_rolling_maintenance_asks_nothing_while_its_node_waits_its_turn() {
+        let rolling = "NodeMaintenance roll (stage Drain)".to_string();
+        let d = Desired {
+            sources: vec![rolling.clone(), "NodeMaintenance all (stage Cordon)".into()],
+            stand_down_while_waiting: vec![rolling],
+            ..planned(vec![ask("nm-roll", true)])
+        };
+        let w = d.clone().while_waiting();
+        assert_eq!(
+            w.sources,
+            ["NodeMaintenance all (stage Cordon)"],
+            "another object still cordons"
+        );
+        let alone = Desired {
+            sources: vec![d.sources[0].clone()],
+            ..d
+        };
+        assert!(
+            !alone.while_waiting().active(),
+            "nothing: not even a cordon"
+        );
     }
 
     #[test]
