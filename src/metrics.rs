@@ -15,7 +15,17 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::drain::progress::{DrainEvent, EventKind, PodState, Progress};
+use crate::drain::progress::{DrainEvent, EventKind, Phase, PodState, Progress};
+
+/// Every phase, for the one-hot `maintd_drain_phase`.
+const PHASES: [Phase; 6] = [
+    Phase::Idle,
+    Phase::Cordoned,
+    Phase::Draining,
+    Phase::Blocked,
+    Phase::Drained,
+    Phase::Failed,
+];
 use crate::inhibitor::InhibitorStatus;
 
 type Labels = Vec<(String, String)>;
@@ -44,9 +54,22 @@ pub struct Metrics {
     pub inhibitor_held: Gauge,
     /// logind's InhibitDelayMaxUSec, in seconds.
     pub inhibit_delay_budget: Gauge<f64, AtomicU64>,
-    /// NodeMaintenance status writes, counted by the status reporter
-    /// (`report/`).
+    /// Status writes of this agent's own reporting (its NodeDrain, the
+    /// Node condition, medik8s status), counted by `report/`.
     pub status_writes: Counter,
+    /// NodeMaintenance status writes made as the status writer.
+    pub nodemaintenance_status_writes: Counter,
+    /// 1 while this agent holds the status-writer Lease.
+    pub status_writer: Gauge,
+    /// The NodeMaintenance objects this agent sees.
+    pub nodemaintenances: Gauge,
+    /// 1 for the drain's phase now, 0 for the others.
+    pub drain_phase: Family<Labels, Gauge>,
+    /// 1 when the agent is configured to hold logind's shutdown lock.
+    pub inhibitor_configured: Gauge,
+    /// When logind began preparing the shutdown maintd delays (Unix
+    /// seconds), 0 when none is.
+    pub shutdown_started: Gauge<f64, AtomicU64>,
     /// 1 for what a planned drain waits for now (window, blocking_pods,
     /// alerts, slot), 0 for the others.
     pub waiting: Family<Labels, Gauge>,
@@ -106,8 +129,49 @@ impl Metrics {
         let status_writes = Counter::default();
         registry.register(
             "maintd_status_writes",
-            "NodeMaintenance status writes made by this agent",
+            "Writes of this node's own status: its NodeDrain, the Node condition, medik8s status",
             status_writes.clone(),
+        );
+        let nodemaintenance_status_writes = Counter::default();
+        registry.register(
+            "maintd_nodemaintenance_status_writes",
+            "NodeMaintenance status (aggregate) writes made by this agent as the status writer",
+            nodemaintenance_status_writes.clone(),
+        );
+        let status_writer = Gauge::default();
+        registry.register(
+            "maintd_status_writer",
+            "Whether this agent holds the maintd-status-writer Lease and writes NodeMaintenance status (1) or not (0)",
+            status_writer.clone(),
+        );
+        let nodemaintenances = Gauge::default();
+        registry.register(
+            "maintd_nodemaintenances",
+            "NodeMaintenance objects this agent sees (whichever nodes they select)",
+            nodemaintenances.clone(),
+        );
+        let drain_phase = Family::<Labels, Gauge>::default();
+        registry.register(
+            "maintd_drain_phase",
+            "The drain's phase: 1 for the current one (Idle, Cordoned, Draining, Blocked, Drained, Failed), 0 for the others",
+            drain_phase.clone(),
+        );
+        for phase in PHASES {
+            drain_phase
+                .get_or_create(&vec![("phase".into(), format!("{phase:?}"))])
+                .set(i64::from(phase == Phase::Idle));
+        }
+        let inhibitor_configured = Gauge::default();
+        registry.register(
+            "maintd_inhibitor_configured",
+            "Whether maintd is set to hold logind's shutdown delay lock (1) or not (0)",
+            inhibitor_configured.clone(),
+        );
+        let shutdown_started = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "maintd_shutdown_started_timestamp_seconds",
+            "When logind began preparing the shutdown maintd delays (Unix time), 0 when none is",
+            shutdown_started.clone(),
         );
         let waiting = Family::<Labels, Gauge>::default();
         registry.register(
@@ -157,6 +221,12 @@ impl Metrics {
             inhibitor_held,
             inhibit_delay_budget,
             status_writes,
+            nodemaintenance_status_writes,
+            status_writer,
+            nodemaintenances,
+            drain_phase,
+            inhibitor_configured,
+            shutdown_started,
             waiting,
             http_connections,
             http_connections_refused,
@@ -216,6 +286,11 @@ impl Metrics {
     /// older plan are dropped so they do not linger as stale series.
     fn set_remaining(&self, progress: &Progress) {
         let st = progress.status();
+        for phase in PHASES {
+            self.drain_phase
+                .get_or_create(&vec![("phase".into(), format!("{phase:?}"))])
+                .set(i64::from(phase == st.phase));
+        }
         for kind in crate::policy::HoldKind::ALL {
             self.waiting
                 .get_or_create(&vec![("reason".into(), kind.label().into())])
@@ -232,6 +307,15 @@ impl Metrics {
 
     fn on_inhibitor(&self, st: &InhibitorStatus) {
         self.inhibitor_held.set(i64::from(st.held));
+        let started = self.shutdown_started.get();
+        if st.preparing && started == 0.0 {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            self.shutdown_started.set(now.as_secs_f64());
+        } else if !st.preparing && started != 0.0 {
+            self.shutdown_started.set(0.0);
+        }
         if let Some(b) = st.budget {
             self.inhibit_delay_budget.set(b.as_secs_f64());
         }
@@ -246,6 +330,7 @@ impl Metrics {
     ) {
         let mut events = progress.subscribe();
         if let Some(i) = &inhibitor {
+            self.inhibitor_configured.set(1);
             self.on_inhibitor(&i.borrow());
         }
         loop {
@@ -297,5 +382,34 @@ mod tests {
         ] {
             assert!(text.contains(name), "{name} missing in\n{text}");
         }
+    }
+
+    #[test]
+    fn the_phase_and_a_shutdown_under_way_are_what_alerts_read() {
+        let m = Metrics::new();
+        let p = Progress::new("node-a");
+        assert!(m.encode().contains("maintd_drain_phase{phase=\"Idle\"} 1"));
+        p.update(|st| st.phase = Phase::Blocked);
+        m.on_event(&p.event(EventKind::PodBlocked), &p);
+        let text = m.encode();
+        assert!(text.contains("maintd_drain_phase{phase=\"Blocked\"} 1"), "{text}");
+        assert!(text.contains("maintd_drain_phase{phase=\"Idle\"} 0"), "{text}");
+
+        let mut st = InhibitorStatus {
+            held: true,
+            preparing: true,
+            budget: Some(std::time::Duration::from_secs(90)),
+            token: "t".into(),
+            competing: vec![],
+            last_error: None,
+        };
+        m.on_inhibitor(&st);
+        let started = m.shutdown_started.get();
+        assert!(started > 1.0e9, "a Unix time: {started}");
+        m.on_inhibitor(&st);
+        assert_eq!(m.shutdown_started.get(), started, "kept while it goes on");
+        st.preparing = false;
+        m.on_inhibitor(&st);
+        assert_eq!(m.shutdown_started.get(), 0.0, "none once cancelled");
     }
 }

@@ -125,6 +125,8 @@ async fn a_maintenance_over_3000_nodes_gets_right_aggregates_of_a_bounded_size()
         maintenance,
         guard: Default::default(),
         writes: Default::default(),
+        holding: Default::default(),
+        objects: Default::default(),
     };
     tokio::spawn(writer.run(stop.clone()));
     let k_ref = &k;

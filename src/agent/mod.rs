@@ -263,7 +263,9 @@ impl Agent {
             namespace: self.namespace(),
             maintenance: self.maintenance.clone(),
             guard: self.watch_guard(),
-            writes: metrics.status_writes.clone(),
+            writes: metrics.nodemaintenance_status_writes.clone(),
+            holding: metrics.status_writer.clone(),
+            objects: metrics.nodemaintenances.clone(),
         };
         tokio::spawn(writer.run(stop.clone()));
         let recorder = crate::report::events::EventRecorder {

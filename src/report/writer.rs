@@ -84,6 +84,10 @@ pub struct StatusWriter {
     pub maintenance: MaintenanceTrigger,
     pub guard: WatchGuard,
     pub writes: prometheus_client::metrics::counter::Counter,
+    /// 1 while this agent holds the Lease and writes, else 0.
+    pub holding: prometheus_client::metrics::gauge::Gauge,
+    /// The NodeMaintenance objects this agent sees.
+    pub objects: prometheus_client::metrics::gauge::Gauge,
 }
 
 /// The holder's view while it holds: the NodeDrain objects, and what it
@@ -120,7 +124,9 @@ impl StatusWriter {
         let mut try_at: Option<Instant> = None;
         loop {
             let now = Instant::now();
-            let interested = !self.maintenance.index.all().is_empty();
+            let seen = self.maintenance.index.len();
+            self.objects.set(i64::try_from(seen).unwrap_or(i64::MAX));
+            let interested = seen > 0;
             let lease = leases
                 .by_name(LEASE_NAME)
                 .and_then(|l| serde_json::from_value::<Lease>((*l).clone()).ok());
@@ -130,6 +136,7 @@ impl StatusWriter {
                 .unwrap_or(SlotState::Free);
             let mine = matches!(&state, SlotState::Held { holder, expired: false } if *holder == self.node);
             let mut wake: Option<Instant> = None;
+            self.holding.set(i64::from(mine && interested));
             if mine && interested {
                 let h = holding.get_or_insert_with(|| self.start_holding(&stop));
                 let renew_at = lease.as_ref().and_then(renewed_at).map(|t| t + RENEW_EVERY);
