@@ -92,18 +92,13 @@ enum Command {
         /// must be a member of it.
         #[arg(long, env = "MAINTD_AGENT_GID", default_value_t = 65532)]
         agent_gid: u32,
-        /// Default: the kubelet's staticPodPath, as `maintd run` finds it.
-        #[arg(long, env = "MAINTD_STATIC_POD_DIR")]
-        static_pod_dir: Option<PathBuf>,
-        #[arg(long, env = "MAINTD_KUBELET_CONFIG")]
-        kubelet_config: Option<PathBuf>,
-        #[arg(long, env = "MAINTD_STATIC_POD_STASH")]
-        static_pod_stash: Option<PathBuf>,
+        #[command(flatten)]
+        static_pods: StaticPodArgs,
         /// The D-Bus address of logind's bus; default: the system bus.
         #[arg(long, env = "MAINTD_LOGIND_BUS")]
         logind_bus: Option<String>,
         /// The host's socket for `maintd drain`, served for root only and
-        /// passed through to --agent-local. Empty to turn it off.
+        /// passed through to --agent-socket. Empty to turn it off.
         #[arg(long, env = "MAINTD_HOST_SOCKET", default_value = maintd::cli::DEFAULT_SOCKET)]
         host_socket: String,
         /// The agent's own drain socket (its --listen-local).
@@ -117,13 +112,8 @@ enum Command {
     /// Put static pod manifests that maintd stashed back into the kubelet's
     /// directory (for a boot-time unit ordered before kubelet.service).
     RestoreStaticPods {
-        /// Default: the kubelet's staticPodPath, as `maintd run` finds it.
-        #[arg(long, env = "MAINTD_STATIC_POD_DIR")]
-        static_pod_dir: Option<PathBuf>,
-        #[arg(long, env = "MAINTD_KUBELET_CONFIG")]
-        kubelet_config: Option<PathBuf>,
-        #[arg(long, env = "MAINTD_STATIC_POD_STASH")]
-        static_pod_stash: Option<PathBuf>,
+        #[command(flatten)]
+        static_pods: StaticPodArgs,
     },
     /// Print the drain plan for a node without acting: its stages, their pods,
     /// and what is skipped and why.
@@ -192,6 +182,33 @@ enum Command {
     },
     /// Print the NodeMaintenance CRD as YAML (what deploy/base/crd.yaml holds).
     Crd,
+}
+
+/// Where the static pod manifests are, for the commands that move them.
+#[derive(clap::Args)]
+struct StaticPodArgs {
+    /// Default: the kubelet's staticPodPath, as `maintd run` finds it.
+    #[arg(long, env = "MAINTD_STATIC_POD_DIR")]
+    static_pod_dir: Option<PathBuf>,
+    #[arg(long, env = "MAINTD_KUBELET_CONFIG")]
+    kubelet_config: Option<PathBuf>,
+    #[arg(long, env = "MAINTD_STATIC_POD_STASH")]
+    static_pod_stash: Option<PathBuf>,
+}
+
+impl StaticPodArgs {
+    /// The stash as `maintd run` finds it (the flag, else the kubelet's
+    /// staticPodPath); `warn` is told what an operator should fix.
+    fn stash(self, warn: impl Fn(&str)) -> maintd::drain::static_pods::StaticPodStash {
+        let dir = maintd::drain::static_path::resolve(
+            self.static_pod_dir,
+            self.kubelet_config.as_deref(),
+        );
+        if let Some(w) = &dir.warning {
+            warn(w);
+        }
+        maintd::drain::static_pods::StaticPodStash::new(dir.dir, self.static_pod_stash)
+    }
 }
 
 #[derive(clap::Args)]
@@ -376,23 +393,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             socket,
             agent_uid,
             agent_gid,
-            static_pod_dir,
-            kubelet_config,
-            static_pod_stash,
+            static_pods,
             logind_bus,
             host_socket,
             agent_socket,
         } => {
-            let dir =
-                maintd::drain::static_path::resolve(static_pod_dir, kubelet_config.as_deref());
-            if let Some(w) = &dir.warning {
-                tracing::warn!("{w}");
-            }
+            let stash = static_pods.stash(|w| tracing::warn!("{w}"));
             let config = maintd::node_helper::HelperConfig {
                 socket,
                 agent_uid,
                 agent_gid,
-                stash: maintd::drain::static_pods::StaticPodStash::new(dir.dir, static_pod_stash),
+                stash,
                 bus: logind_bus.map_or(
                     maintd::logind::BusAddress::System,
                     maintd::logind::BusAddress::Address,
@@ -415,17 +426,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::RestoreStaticPods {
-            static_pod_dir,
-            kubelet_config,
-            static_pod_stash,
-        } => {
-            let dir =
-                maintd::drain::static_path::resolve(static_pod_dir, kubelet_config.as_deref());
-            if let Some(w) = &dir.warning {
-                eprintln!("warning: {w}");
-            }
-            let stash = maintd::drain::static_pods::StaticPodStash::new(dir.dir, static_pod_stash);
+        Command::RestoreStaticPods { static_pods } => {
+            let stash = static_pods.stash(|w| eprintln!("warning: {w}"));
             let report = stash.restore().context("restoring static pod manifests")?;
             if let Some(r) = &report.recovered {
                 println!("finished {r}");

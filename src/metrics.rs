@@ -392,8 +392,14 @@ mod tests {
         p.update(|st| st.phase = Phase::Blocked);
         m.on_event(&p.event(EventKind::PodBlocked), &p);
         let text = m.encode();
-        assert!(text.contains("maintd_drain_phase{phase=\"Blocked\"} 1"), "{text}");
-        assert!(text.contains("maintd_drain_phase{phase=\"Idle\"} 0"), "{text}");
+        assert!(
+            text.contains("maintd_drain_phase{phase=\"Blocked\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("maintd_drain_phase{phase=\"Idle\"} 0"),
+            "{text}"
+        );
 
         let mut st = InhibitorStatus {
             held: true,

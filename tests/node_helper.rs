@@ -165,16 +165,7 @@ async fn an_agent_without_root_drains_through_the_node_helper_and_its_lock_holds
     .await
     .unwrap();
     let sim = scenario("small.yaml").await;
-    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "maintd"}});
-    let (code, body) = raw(
-        &sim,
-        "POST",
-        "/api/v1/namespaces",
-        "application/json",
-        serde_json::to_vec(&ns).unwrap(),
-    )
-    .await;
-    assert_eq!(code, 201, "{body}");
+    create_namespace(&sim, "maintd").await;
     let client = sim.client();
     let static_dir = sim.static_pod_dir("node-a").unwrap();
     let stash = static_dir.join(".maintd-stash");

@@ -95,15 +95,7 @@ async fn a_blocking_pod_holds_a_planned_drain_until_it_is_gone_but_not_a_taint()
         json!({"app": "backup"}),
     );
     backup["metadata"]["annotations"] = json!({"sim.maintd.io/shutdown-seconds": "0.2"});
-    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "batch"}});
-    raw(
-        &sim,
-        "POST",
-        "/api/v1/namespaces",
-        "application/json",
-        serde_json::to_vec(&ns).unwrap(),
-    )
-    .await;
+    create_namespace(&sim, "batch").await;
     post_pod(&sim, &backup).await;
     sim.wait_settled(Duration::from_secs(30)).await.unwrap();
     let a = EndpointAgent::start_with(&sim, "node-a", |c| {

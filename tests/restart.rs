@@ -34,18 +34,6 @@ fn spawn_agent(kubeconfig: &Path, static_dir: &Path) -> Child {
         .expect("the maintd binary starts")
 }
 
-async fn post_namespace(sim: &SimCluster, ns: &serde_json::Value) {
-    let (code, body) = raw(
-        sim,
-        "POST",
-        "/api/v1/namespaces",
-        "application/json",
-        serde_json::to_vec(ns).unwrap(),
-    )
-    .await;
-    assert_eq!(code, 201, "{body}");
-}
-
 fn evictions(sim: &SimCluster) -> usize {
     sim.state
         .audit
@@ -74,8 +62,7 @@ async fn an_agent_killed_mid_drain_resumes_and_loses_no_manifest() {
     let sim = scenario("realistic.yaml").await;
     let client = sim.client();
     // What deploy/ creates: `maintd run` checks for its namespace.
-    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "maintd"}});
-    post_namespace(&sim, &ns).await;
+    create_namespace(&sim, "maintd").await;
     let dir = sim.static_pod_dir("node-a").unwrap();
     let stash = dir.join(".maintd-stash");
     let original = dir_files(&dir);

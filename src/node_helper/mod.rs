@@ -108,6 +108,37 @@ enum Reply {
     Error(String),
 }
 
+/// The next connection on `listener` and its caller's uid (as the kernel
+/// says), waiting after an accept fails (out of file descriptors: the loop
+/// must not spin), longer each time in a row; None once `stop`.
+pub(crate) async fn next_caller(
+    listener: &tokio::net::UnixListener,
+    what: &str,
+    stop: &tokio_util::sync::CancellationToken,
+) -> Option<(tokio::net::UnixStream, Option<u32>)> {
+    let mut backoff = std::time::Duration::from_millis(50);
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.cancelled() => return None,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                let uid = stream.peer_cred().ok().map(|c| c.uid());
+                return Some((stream, uid));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting {what} failed; waiting {backoff:?}");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = stop.cancelled() => return None,
+                }
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
+            }
+        }
+    }
+}
+
 /// One line, at most `limit` bytes; None at the end of the stream.
 pub(crate) async fn read_line(
     read: &mut (impl tokio::io::AsyncBufRead + Unpin),

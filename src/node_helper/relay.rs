@@ -49,25 +49,11 @@ async fn refuse(mut caller: UnixStream, uid: Option<u32>) {
 
 async fn run(listener: UnixListener, agent: PathBuf, stop: CancellationToken) {
     let limit = Arc::new(Semaphore::new(MAX_RELAYED));
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = stop.cancelled() => return,
-        };
-        let mut caller = match accepted {
-            Ok((s, _)) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "accepting a drain request failed; waiting {backoff:?}");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                continue;
-            }
-        };
-        backoff = Duration::from_millis(50);
+    while let Some((mut caller, uid)) =
+        super::next_caller(&listener, "a drain request", &stop).await
+    {
         // Only the host's root may ask for a drain: the agent trusts the
         // helper's connections as root's.
-        let uid = caller.peer_cred().ok().map(|c| c.uid());
         if uid != Some(0) {
             tracing::warn!(?uid, "refused a drain request from a user that is not root");
             tokio::spawn(refuse(caller, uid));

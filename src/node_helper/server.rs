@@ -11,8 +11,8 @@ use tokio::sync::{Mutex, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    FileOp, HoldRequest, MAX_REQUEST, Reply, Request, SessionCommand, SessionMessage, read_line,
-    write_line,
+    FileOp, HoldRequest, MAX_REQUEST, Reply, Request, SessionCommand, SessionMessage, next_caller,
+    read_line, write_line,
 };
 use crate::drain::static_pods::StaticPodStash;
 use crate::inhibitor::{InhibitWhat, InhibitorConfig, ShutdownInhibitor};
@@ -59,23 +59,7 @@ pub async fn serve(config: HelperConfig, stop: CancellationToken) -> std::io::Re
         hold: std::sync::Mutex::new(None),
     });
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let mut backoff = Duration::from_millis(50);
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = stop.cancelled() => return Ok(()),
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                tracing::warn!(error = %e, "accepting an agent connection failed; waiting {backoff:?}");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                continue;
-            }
-        };
-        backoff = Duration::from_millis(50);
-        let uid = stream.peer_cred().ok().map(|c| c.uid());
+    while let Some((stream, uid)) = next_caller(&listener, "an agent connection", &stop).await {
         if !uid.is_some_and(|u| u == 0 || u == helper.config.agent_uid) {
             tracing::warn!(
                 ?uid,
@@ -97,6 +81,7 @@ pub async fn serve(config: HelperConfig, stop: CancellationToken) -> std::io::Re
             drop(permit);
         });
     }
+    Ok(())
 }
 
 /// Binds the helper's socket, mode 0660, in the agent's group.

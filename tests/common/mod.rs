@@ -196,6 +196,20 @@ pub async fn taint(client: &kube::Client, node: &str, key: &str, value: Option<&
         .expect("taint patch");
 }
 
+/// Creates namespace `name` as an admin would.
+pub async fn create_namespace(sim: &SimCluster, name: &str) {
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    let (code, body) = raw(
+        sim,
+        "POST",
+        "/api/v1/namespaces",
+        "application/json",
+        serde_json::to_vec(&ns).unwrap(),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+}
+
 /// Creates a pod from raw JSON, as any client could send it (fields a typed
 /// client does not know included); the API must accept it.
 pub async fn post_pod(sim: &SimCluster, pod: &Value) {
