@@ -312,9 +312,11 @@ fn init_demo_logging(filter: &str) -> Option<PathBuf> {
     tracing_subscriber::registry()
         .with(to_file)
         .with(
+            // The story on stdout already says what the warnings would;
+            // they are in the log file. Errors still show.
             fmt::layer()
                 .with_writer(std::io::stderr)
-                .with_filter(LevelFilter::WARN),
+                .with_filter(LevelFilter::ERROR),
         )
         .init();
     logged.then_some(path)

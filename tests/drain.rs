@@ -352,10 +352,7 @@ async fn static_manifests_are_stashed_and_restored_byte_for_byte() {
         .collect();
     assert_eq!(
         restored,
-        [format!(
-            "restored [{:?}]; kept both copies of []",
-            before[0].0
-        )],
+        [format!("restored {}", before[0].0)],
         "the restore is said once, naming the manifest"
     );
     eventually("the mirror pod is back", || {

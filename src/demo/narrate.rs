@@ -10,6 +10,15 @@ use tokio::sync::broadcast;
 use super::Style;
 use crate::drain::progress::{DrainEvent, EventKind, PodState, Progress};
 
+/// Pods of one workload and priority evicted in the running stage.
+struct Evicted {
+    workload: String,
+    /// The first pod's name, said when it is the only one.
+    first: String,
+    priority: i32,
+    pods: usize,
+}
+
 /// Prints the demo's events; remembers whether a live bar is on screen.
 pub struct Narrator {
     /// Standard output, or a buffer in tests.
@@ -19,6 +28,13 @@ pub struct Narrator {
     live: bool,
     /// The stage whose bar is drawn on the last line, not yet ended.
     bar: Option<usize>,
+    /// Off a terminal, the running stage's evictions by workload and
+    /// priority, in the order first seen: said as one line each when the
+    /// stage ends, not one line per pod.
+    evicted: Vec<Evicted>,
+    /// The running stage's budget refusals already said: the same refusal
+    /// of the next pod of that workload says nothing new.
+    refusals_said: std::collections::BTreeSet<String>,
 }
 
 impl Narrator {
@@ -33,6 +49,8 @@ impl Narrator {
             style,
             live: live && style == Style::Human,
             bar: None,
+            evicted: Vec::new(),
+            refusals_said: Default::default(),
         }
     }
 
@@ -70,6 +88,18 @@ impl Narrator {
         };
         let t = ev.t_ms as f64 / 1000.0;
         let stage = ev.stage.unwrap_or(0);
+        if matches!(
+            ev.event,
+            EventKind::StageCompleted
+                | EventKind::StageTimedOut
+                | EventKind::StageEscalated
+                | EventKind::DrainCompleted
+                | EventKind::DrainFailed
+                | EventKind::DrainCancelled
+                | EventKind::ShutdownReleased
+        ) {
+            self.say_evicted(t);
+        }
         let line = match ev.event {
             EventKind::DrainStarted => format!("{t:7.2}s  drain started: {}", ev.message),
             EventKind::NodeMarked => format!("{t:7.2}s  node: {}", ev.message),
@@ -90,15 +120,35 @@ impl Narrator {
                 self.draw(progress, "");
                 return;
             }
-            EventKind::PodEvicted => format!(
-                "{t:7.2}s    evicted   {pod}  (priority {})",
-                ev.priority.unwrap_or(0)
-            ),
-            EventKind::PodBlocked => format!("{t:7.2}s    waiting   {pod}: {}", ev.message),
+            EventKind::PodEvicted => {
+                let workload = workload(&pod).to_string();
+                let priority = ev.priority.unwrap_or(0);
+                match self
+                    .evicted
+                    .iter_mut()
+                    .find(|e| e.workload == workload && e.priority == priority)
+                {
+                    Some(e) => e.pods += 1,
+                    None => self.evicted.push(Evicted {
+                        workload,
+                        first: pod,
+                        priority,
+                        pods: 1,
+                    }),
+                }
+                return;
+            }
+            EventKind::PodBlocked => {
+                if !self.refusals_said.insert(ev.message.clone()) {
+                    return;
+                }
+                format!("{t:7.2}s    waiting   {pod}: {}", ev.message)
+            }
             EventKind::PodError => format!("{t:7.2}s    error     {pod}: {}", ev.message),
             EventKind::PodDeleted => format!("{t:7.2}s    deleted   {pod}: {}", ev.message),
             EventKind::StaticPodsStashed => format!("{t:7.2}s    static pods: {}", ev.message),
             EventKind::StageCompleted => {
+                self.refusals_said.clear();
                 let (done, total) = stage_counts(progress, stage);
                 // Said over the bar (erasing it), which then ends.
                 self.say(&format!(
@@ -133,6 +183,21 @@ impl Narrator {
         self.draw(progress, "");
     }
 
+    /// The stage's evictions, one line per workload and priority.
+    fn say_evicted(&mut self, t: f64) {
+        for e in std::mem::take(&mut self.evicted) {
+            let what = if e.pods == 1 {
+                e.first
+            } else {
+                format!("{} pods of {}", e.pods, e.workload)
+            };
+            self.say(&format!(
+                "{t:7.2}s    evicted   {what}  (priority {})",
+                e.priority
+            ));
+        }
+    }
+
     /// A line of the story, above the bar if one is drawn.
     fn say(&mut self, line: &str) {
         let out = &mut self.out;
@@ -154,6 +219,12 @@ impl Narrator {
         let _ = write!(out, "\r\x1b[2K           {} {last}", bar(done, total));
         let _ = out.flush();
     }
+}
+
+/// The workload a pod belongs to, as its name says: `ns/web-7d9f8-x2x4k`
+/// is of `ns/web-7d9f8` (the generated suffix dropped).
+fn workload(pod: &str) -> &str {
+    pod.rsplit_once('-').map_or(pod, |(w, _)| w)
 }
 
 /// Pods of `stage` (1-based) gone, and all its pods.

@@ -38,10 +38,13 @@ impl Drainer {
                 Ok(report) => {
                     if !report.restored.is_empty() || !report.conflicts.is_empty() {
                         let mut ev = p.event(EventKind::StaticPodsRestored);
-                        ev.message = format!(
-                            "restored {:?}; kept both copies of {:?}",
-                            report.restored, report.conflicts
-                        );
+                        ev.message = format!("restored {}", report.restored.join(", "));
+                        if !report.conflicts.is_empty() {
+                            ev.message.push_str(&format!(
+                                "; already back, both copies kept (the stashed ones as {})",
+                                report.conflicts.join(", ")
+                            ));
+                        }
                         p.emit(ev);
                     }
                 }
