@@ -105,6 +105,10 @@ pub struct ClusterOps {
     node: String,
     /// Field manager for the agent's writes, `maintd/<node>`.
     pub manager: String,
+    /// The agent's watched view of its Node: an edit starts from it, and
+    /// reads the Node only when the view is behind (a 409) or says there
+    /// is nothing to do.
+    view: Option<crate::index::Index>,
 }
 
 impl ClusterOps {
@@ -113,7 +117,15 @@ impl ClusterOps {
             client,
             node: node.to_string(),
             manager: format!("maintd/{node}"),
+            view: None,
         }
+    }
+
+    /// The same, starting edits of the Node from `view` (the agent's watch
+    /// of it): one request instead of two while the API server fails some.
+    pub fn with_view(mut self, view: crate::index::Index) -> Self {
+        self.view = Some(view);
+        self
     }
 
     pub fn client(&self) -> &kube::Client {
@@ -151,9 +163,23 @@ impl ClusterOps {
         mut edit: impl FnMut(&Value) -> Option<Value>,
     ) -> Result<(), ClusterError> {
         let mut backoff = crate::index::Backoff::with(50, 1_000);
+        let mut viewed = self
+            .view
+            .as_ref()
+            .and_then(|v| v.by_name(&self.node))
+            .map(|n| (*n).clone());
         for _ in 0..20 {
-            let node = self.get_node().await?;
+            let from_view = viewed.is_some();
+            let node = match viewed.take() {
+                Some(n) => n,
+                None => self.get_node().await?,
+            };
             let Some(mut patch) = edit(&node) else {
+                if from_view {
+                    // The view may be behind: nothing to do is confirmed
+                    // from the Node itself.
+                    continue;
+                }
                 return Ok(());
             };
             patch["metadata"]["resourceVersion"] = node["metadata"]["resourceVersion"].clone();

@@ -59,7 +59,8 @@ impl Agent {
         let client = crate::client::guarded(client, config.api.call_timeout, health.clone());
         let guard = watch_guard(&config, &health);
         let budgets = BudgetWatches::new(client.clone(), guard);
-        let ops = ClusterOps::new(client, &config.node);
+        let node = Index::new();
+        let ops = ClusterOps::new(client, &config.node).with_view(node.clone());
         let mut stash = StaticPodStash::new(
             config.static_pods.dir.clone(),
             config.static_pod_stash.clone(),
@@ -77,7 +78,7 @@ impl Agent {
                 taint: TaintSpec::draining(),
                 memory: Default::default(),
             },
-            node: Index::new(),
+            node,
             local: LocalRequests::new(),
             maintenance: MaintenanceTrigger::new(),
             medik8s: config.medik8s.then(MaintenanceTrigger::medik8s),

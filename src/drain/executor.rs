@@ -335,7 +335,9 @@ impl Drainer {
     /// Cordons and taints the node; retried until it works or the drain is
     /// cancelled.
     async fn mark_node(&self, opts: &DrainOptions, cancel: &CancellationToken) -> bool {
-        let mut backoff = Backoff::with(200, 5_000);
+        // Capped low: marking the node is what stops new pods landing on
+        // it, one request each try (from the watched Node).
+        let mut backoff = Backoff::with(200, 2_000);
         loop {
             match self.ops.mark(&self.taint, opts.cordon).await {
                 Ok(change) => {
