@@ -20,16 +20,7 @@ use serde_json::{Value, json};
 
 /// Reboot slots of local drains live in the `maintd` namespace.
 async fn maintd_namespace(sim: &SimCluster) {
-    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "maintd"}});
-    let (code, body) = raw(
-        sim,
-        "POST",
-        "/api/v1/namespaces",
-        "application/json",
-        serde_json::to_vec(&ns).unwrap(),
-    )
-    .await;
-    assert!(code == 201 || code == 409, "{body}");
+    create_namespace(sim, "maintd").await;
 }
 
 fn bare_pod(name: &str, priority: i32, labels: Value) -> Value {

@@ -67,15 +67,7 @@ impl EndpointAgent {
             .unwrap_or_else(|| "/nonexistent/manifests".into());
         // Reboot slots (local drains, FleetLock) live in the agent's
         // namespace, `maintd` when the agent runs outside a pod.
-        let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "maintd"}});
-        let _ = super::raw(
-            sim,
-            "POST",
-            "/api/v1/namespaces",
-            "application/json",
-            serde_json::to_vec(&ns).unwrap(),
-        )
-        .await;
+        super::create_namespace(sim, "maintd").await;
         let mut config = Config::for_node(node, dir);
         let socket_dir = tempfile::tempdir().unwrap();
         let local = socket_dir.path().join("maintd.sock");
