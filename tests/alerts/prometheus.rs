@@ -1,5 +1,7 @@
 //! The test's real Prometheus, the exporter it scrapes, and canned servers
 //! for the wrong things a URL can point at.
+// Each test target that includes this module uses a part of it.
+#![allow(dead_code)]
 
 use std::convert::Infallible;
 use std::io::Read;
@@ -95,22 +97,36 @@ pub struct Prometheus {
 
 impl Prometheus {
     pub async fn start() -> Prometheus {
+        let exporter = Canned::start(200, "text/plain", "").await;
+        exporter.set_metrics(false, false);
+        let target = exporter.url.trim_start_matches("http://").to_string();
+        let scrape =
+            format!("  - job_name: fixture\n    static_configs:\n      - targets: ['{target}']\n");
+        Self::launch(exporter, &scrape, RULES)
+    }
+
+    /// A real Prometheus that scrapes what `scrape_configs` (the YAML list
+    /// under `scrape_configs:`) names every second and evaluates `rules` (a
+    /// rule file) every second; its canned exporter is not scraped.
+    pub async fn scraping(scrape_configs: &str, rules: &str) -> Prometheus {
+        let exporter = Canned::start(200, "text/plain", "").await;
+        Self::launch(exporter, scrape_configs, rules)
+    }
+
+    fn launch(exporter: Canned, scrape_configs: &str, rules: &str) -> Prometheus {
         assert!(
             Path::new(PROMETHEUS).exists(),
             "{PROMETHEUS} is missing: the alert gating tests need a real Prometheus; \
              install it with `apt-get install prometheus` (CI does)"
         );
-        let exporter = Canned::start(200, "text/plain", "").await;
-        exporter.set_metrics(false, false);
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let target = exporter.url.trim_start_matches("http://");
         let config = format!(
             "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
              rule_files: [rules.yml]\n\
-             scrape_configs:\n  - job_name: fixture\n    static_configs:\n      - targets: ['{target}']\n"
+             scrape_configs:\n{scrape_configs}"
         );
         std::fs::write(dir.path().join("prometheus.yml"), config).expect("write the config");
-        std::fs::write(dir.path().join("rules.yml"), RULES).expect("write the rules");
+        std::fs::write(dir.path().join("rules.yml"), rules).expect("write the rules");
         let port = free_port();
         let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("a log file");
         let child = Command::new(PROMETHEUS)
@@ -171,7 +187,8 @@ impl Prometheus {
         }
     }
 
-    fn log(&self) -> String {
+    /// What Prometheus has logged so far.
+    pub fn log(&self) -> String {
         let mut log = String::new();
         let _ = std::fs::File::open(self.dir.path().join("prometheus.log"))
             .and_then(|mut f| f.read_to_string(&mut log));
