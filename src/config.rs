@@ -107,6 +107,16 @@ pub struct AgentArgs {
     /// grace, and let the shutdown go on.
     #[arg(long, default_value_t = 30.0)]
     pub api_unreachable_seconds: f64,
+    /// Post a JSON notification to this URL when a drain starts, is
+    /// blocked, is drained, fails and is undone (a Slack incoming webhook
+    /// gets Slack's body). May be given more than once. A receiver that is
+    /// slow or down never delays a drain.
+    #[arg(long = "notify-url", env = "MAINTD_NOTIFY_URL")]
+    pub notify_urls: Vec<String>,
+    /// Notify a blocked drain once a pod has been refused this many
+    /// seconds (a budget pacing a drain for a moment is no news).
+    #[arg(long, env = "MAINTD_NOTIFY_BLOCKED_AFTER", default_value_t = 60.0)]
+    pub notify_blocked_after_seconds: f64,
     /// When planned drains may start (window, blocking pods).
     #[command(flatten)]
     pub policy: crate::policy::args::PolicyArgs,
@@ -142,6 +152,10 @@ pub struct Config {
     pub api: ApiSettings,
     /// When planned drains may start.
     pub policy: crate::policy::Policy,
+    /// Where notifications go (checked URLs).
+    pub notify_urls: Vec<String>,
+    /// How long a pod stays refused before a blocked notification.
+    pub notify_blocked_after: Duration,
 }
 
 /// Bounds on talking to the API server.
@@ -298,7 +312,26 @@ impl AgentArgs {
                 name: e.name,
                 why: e.why,
             })?;
+        let mut notify_urls = Vec::new();
+        for raw in self.notify_urls.iter().filter(|u| !u.trim().is_empty()) {
+            crate::report::notify::Webhook::parse(raw).map_err(|why| ConfigError::Invalid {
+                name: "--notify-url",
+                why,
+            })?;
+            notify_urls.push(raw.trim().to_string());
+        }
+        if !(0.0..=86_400.0).contains(&self.notify_blocked_after_seconds) {
+            return Err(ConfigError::Invalid {
+                name: "--notify-blocked-after-seconds",
+                why: format!(
+                    "{} is not 0 to 86400 seconds",
+                    self.notify_blocked_after_seconds
+                ),
+            });
+        }
         Ok(Config {
+            notify_blocked_after: Duration::from_secs_f64(self.notify_blocked_after_seconds),
+            notify_urls,
             policy,
             api,
             medik8s: self.medik8s,
@@ -345,6 +378,8 @@ impl Config {
             node_helper: None,
             api: ApiSettings::default(),
             policy: crate::policy::Policy::default(),
+            notify_urls: Vec::new(),
+            notify_blocked_after: Duration::from_secs(60),
         }
     }
 }

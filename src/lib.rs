@@ -17,6 +17,7 @@ pub mod inhibitor;
 pub mod logind;
 pub mod metrics;
 pub mod node_helper;
+pub(crate) mod outbound;
 pub mod plan_cmd;
 pub mod policy;
 pub mod preflight;

@@ -77,6 +77,9 @@ pub struct Metrics {
     pub http_connections: Family<Labels, Gauge>,
     /// Connections closed at once because the listener had its most open.
     pub http_connections_refused: Family<Labels, Counter>,
+    /// Notifications (`--notify-url`) by outcome: sent, failed (after its
+    /// tries), dropped (the receiver's queue was full).
+    pub notifications: Family<Labels, Counter>,
     started: Mutex<Option<Instant>>,
 }
 
@@ -191,6 +194,17 @@ impl Metrics {
             "Connections closed at once because their listener had as many open as it serves",
             http_connections_refused.clone(),
         );
+        let notifications = Family::<Labels, Counter>::default();
+        registry.register(
+            "maintd_notifications",
+            "Notifications to --notify-url receivers by outcome: sent, failed (after every try), dropped (the receiver was too far behind)",
+            notifications.clone(),
+        );
+        for outcome in ["sent", "failed", "dropped"] {
+            notifications
+                .get_or_create(&vec![("outcome".into(), outcome.into())])
+                .inc_by(0);
+        }
         for kind in crate::policy::HoldKind::ALL {
             waiting
                 .get_or_create(&vec![("reason".into(), kind.label().into())])
@@ -230,6 +244,7 @@ impl Metrics {
             waiting,
             http_connections,
             http_connections_refused,
+            notifications,
             started: Mutex::new(None),
         })
     }

@@ -276,6 +276,20 @@ impl Agent {
             series_every: crate::report::events::SERIES_WRITE_EVERY,
         };
         recorder.spawn(stop.clone());
+        let notifier = crate::report::notify::Notifier {
+            node: self.config.node.clone(),
+            progress: self.drainer.progress.clone(),
+            // Checked when the flags were read.
+            webhooks: self
+                .config
+                .notify_urls
+                .iter()
+                .filter_map(|u| crate::report::notify::Webhook::parse(u).ok())
+                .collect(),
+            blocked_after: self.config.notify_blocked_after,
+            counted: metrics.notifications.clone(),
+        };
+        notifier.spawn(stop.clone());
         self.start_endpoints(&stop, inhibitor, metrics).await;
         tracing::info!(node = %self.config.node, "watching the node and its pods");
         let sp = &self.config.static_pods;

@@ -25,6 +25,7 @@ use crate::index::{Backoff, Index};
 mod evict;
 mod stage;
 mod statics;
+pub(crate) use evict::blocking_budget;
 pub(crate) use statics::is_manifest_of;
 mod undo;
 

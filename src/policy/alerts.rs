@@ -8,17 +8,14 @@
 mod answer;
 #[cfg(test)]
 mod tests;
-mod url;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+
+use crate::outbound::{Target, root_cause, url};
 
 use answer::{alerts_reason, blocking, parse_alerts, parse_query, query_reason, unusable_reason};
 
@@ -57,19 +54,6 @@ struct Gate {
     /// Where to send requests, or why none can be sent (the reason `check`
     /// gives every time, so a bad URL holds drains and says why).
     target: Result<Target, String>,
-}
-
-struct Target {
-    /// scheme://host[:port][/prefix], no credentials, no trailing slash.
-    base: String,
-    /// Basic credentials from the URL's `user:password@`.
-    authorization: Option<http::HeaderValue>,
-    transport: Transport,
-}
-
-enum Transport {
-    Plain(Client<HttpConnector, Full<Bytes>>),
-    Tls(Client<HttpsConnector<HttpConnector>, Full<Bytes>>),
 }
 
 /// What one question to Prometheus came to.
@@ -211,11 +195,7 @@ impl Gate {
             .map_err(|e| cannot(format!("cannot be asked: not a valid request URL ({e})")))?;
         let timeout = self.settings.timeout;
         let exchange = async {
-            let response = match &target.transport {
-                Transport::Plain(client) => client.request(request).await,
-                Transport::Tls(client) => client.request(request).await,
-            }
-            .map_err(|e| {
+            let response = target.send(request).await.map_err(|e| {
                 cannot(format!(
                     "could not be reached ({}); planned drains wait until it answers",
                     root_cause(&e)
@@ -266,57 +246,4 @@ impl Gate {
                 )))
             })
     }
-}
-
-impl Target {
-    fn new(url: url::BaseUrl, timeout: Duration) -> Result<Target, String> {
-        let mut http = HttpConnector::new();
-        http.set_connect_timeout(Some(timeout));
-        let builder = Client::builder(TokioExecutor::new());
-        let transport = if url.tls {
-            http.enforce_http(false);
-            // The provider is named, not taken from the process default, so
-            // no feature combination elsewhere can make this panic.
-            let tls = hyper_rustls::HttpsConnectorBuilder::new()
-                .with_provider_and_native_roots(rustls::crypto::ring::default_provider())
-                .map_err(|e| {
-                    format!(
-                        "https needs this host's CA certificates and they could not be loaded ({e}); use http:// or mount the CA bundle"
-                    )
-                })?
-                .https_only()
-                .enable_http1()
-                .wrap_connector(http);
-            Transport::Tls(builder.build(tls))
-        } else {
-            Transport::Plain(builder.build(http))
-        };
-        let authorization = match url.credentials {
-            Some((user, password)) => {
-                use base64::Engine;
-                let token =
-                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-                Some(
-                    http::HeaderValue::from_str(&format!("Basic {token}"))
-                        .map_err(|e| format!("the URL's credentials cannot be sent ({e})"))?,
-                )
-            }
-            None => None,
-        };
-        Ok(Target {
-            base: url.base,
-            authorization,
-            transport,
-        })
-    }
-}
-
-/// The innermost cause ("Connection refused (os error 111)"), which is what
-/// an operator can act on; hyper's outer layers say only "client error".
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause = e;
-    while let Some(next) = cause.source() {
-        cause = next;
-    }
-    answer::one_line(&cause.to_string())
 }

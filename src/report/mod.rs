@@ -9,6 +9,7 @@
 mod apply;
 pub mod events;
 mod medik8s;
+pub mod notify;
 pub mod writer;
 
 use std::collections::BTreeMap;

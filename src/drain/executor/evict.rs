@@ -336,7 +336,7 @@ fn pod_event(
 /// and has 2 currently", or "The disruption budget web is still being
 /// processed by the server."), so a blocked pod watches only that one.
 /// Budget names hold no spaces.
-fn blocking_budget(message: &str) -> Option<&str> {
+pub(crate) fn blocking_budget(message: &str) -> Option<&str> {
     message
         .strip_prefix("The disruption budget ")?
         .split(' ')

@@ -290,11 +290,7 @@ pub(crate) fn quote(text: &str) -> String {
     format!("`{}`", shorten(text, QUOTE_MAX))
 }
 
-/// Text on one line: whitespace runs (newlines of a multi-line query from a
-/// config file) become one space.
-pub(crate) fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
+pub(crate) use crate::outbound::one_line;
 
 /// One line of at most `max` characters, cut on a character boundary.
 pub(crate) fn shorten(text: &str, max: usize) -> String {

@@ -9,8 +9,8 @@ use super::answer::{
     ActiveAlert, AlertState, AnswerError, BlockingAlert, QuerySeries, alerts_reason, blocking,
     is_prometheus_error, parse_alerts, parse_query, query_reason, shorten, unusable_reason,
 };
-use super::url;
 use super::{AlertGate, AlertSettings};
+use crate::outbound::url;
 
 fn alert(name: &str, state: &str) -> ActiveAlert {
     let state = match state {
