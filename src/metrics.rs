@@ -80,6 +80,11 @@ pub struct Metrics {
     /// Notifications (`--notify-url`) by outcome: sent, failed (after its
     /// tries), dropped (the receiver's queue was full).
     pub notifications: Family<Labels, Counter>,
+    /// Pods refused now, by namespace and the budget that refuses them
+    /// (empty when the refusal names none); a budget's series stays at 0
+    /// once it no longer blocks, until the drain is undone.
+    pub pods_blocked: Family<Labels, Gauge>,
+    blocked_seen: Mutex<std::collections::BTreeSet<(String, String)>>,
     started: Mutex<Option<Instant>>,
 }
 
@@ -205,6 +210,12 @@ impl Metrics {
                 .get_or_create(&vec![("outcome".into(), outcome.into())])
                 .inc_by(0);
         }
+        let pods_blocked = Family::<Labels, Gauge>::default();
+        registry.register(
+            "maintd_pods_blocked",
+            "Pods of the drain refused now, by namespace and the PodDisruptionBudget that refuses them (budget empty when the refusal names none)",
+            pods_blocked.clone(),
+        );
         for kind in crate::policy::HoldKind::ALL {
             waiting
                 .get_or_create(&vec![("reason".into(), kind.label().into())])
@@ -245,6 +256,8 @@ impl Metrics {
             http_connections,
             http_connections_refused,
             notifications,
+            pods_blocked,
+            blocked_seen: Mutex::default(),
             started: Mutex::new(None),
         })
     }
@@ -266,6 +279,7 @@ impl Metrics {
         };
         match ev.event {
             EventKind::DrainStarted => {
+                self.forget_blocked();
                 self.drain_active.set(1);
                 *self.started.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
             }
@@ -280,6 +294,7 @@ impl Metrics {
                 }
             }
             EventKind::DrainCancelled | EventKind::UndoCompleted => {
+                self.forget_blocked();
                 self.drain_active.set(0);
                 self.started
                     .lock()
@@ -311,6 +326,7 @@ impl Metrics {
                 .get_or_create(&vec![("reason".into(), kind.label().into())])
                 .set(i64::from(st.waiting_for == Some(kind)));
         }
+        self.set_blocked(&st.blockers);
         self.pods_remaining.clear();
         for s in &st.stages {
             let left = s.pods.iter().filter(|p| p.state != PodState::Gone).count();
@@ -318,6 +334,36 @@ impl Metrics {
                 .get_or_create(&vec![("stage".into(), s.stage.to_string())])
                 .set(left as i64);
         }
+    }
+
+    /// Blocked pods by (namespace, budget), from the status' blockers.
+    fn set_blocked(&self, blockers: &[crate::drain::progress::Blocker]) {
+        let mut now = std::collections::BTreeMap::<(String, String), i64>::new();
+        for b in blockers {
+            let budget = crate::drain::executor::blocking_budget(&b.reason).unwrap_or_default();
+            *now.entry((b.namespace.clone(), budget.to_string()))
+                .or_default() += 1;
+        }
+        let mut seen = self.blocked_seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.extend(now.keys().cloned());
+        for key in seen.iter() {
+            let labels = vec![
+                ("namespace".into(), key.0.clone()),
+                ("budget".into(), key.1.clone()),
+            ];
+            self.pods_blocked
+                .get_or_create(&labels)
+                .set(now.get(key).copied().unwrap_or(0));
+        }
+    }
+
+    /// A new drain (or none) starts with no blocked series.
+    fn forget_blocked(&self) {
+        self.blocked_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.pods_blocked.clear();
     }
 
     fn on_inhibitor(&self, st: &InhibitorStatus) {
@@ -432,5 +478,55 @@ mod tests {
         st.preparing = false;
         m.on_inhibitor(&st);
         assert_eq!(m.shutdown_started.get(), 0.0, "none once cancelled");
+    }
+
+    #[test]
+    fn blocked_pods_are_counted_by_the_budget_that_refuses_them() {
+        use crate::drain::progress::Blocker;
+        let m = Metrics::new();
+        let p = Progress::new("node-a");
+        let blocker = |ns: &str, pod: &str, reason: &str| Blocker {
+            namespace: ns.into(),
+            pod: pod.into(),
+            reason: reason.into(),
+        };
+        let web = "The disruption budget web needs 2 healthy pods and has 2 currently";
+        m.on_event(&p.event(EventKind::DrainStarted), &p);
+        p.update(|st| {
+            st.blockers = vec![
+                blocker("shop", "web-0", web),
+                blocker("shop", "web-1", web),
+                blocker("bank", "web-0", web),
+                blocker("shop", "vm", "admission webhook \"virt\" denied"),
+            ]
+        });
+        m.on_event(&p.event(EventKind::PodBlocked), &p);
+        let text = m.encode();
+        for line in [
+            "maintd_pods_blocked{namespace=\"shop\",budget=\"web\"} 2",
+            "maintd_pods_blocked{namespace=\"bank\",budget=\"web\"} 1",
+            "maintd_pods_blocked{namespace=\"shop\",budget=\"\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing in\n{text}");
+        }
+        // No longer blocking: 0, until the drain is undone.
+        p.update(|st| st.blockers = vec![blocker("bank", "web-0", web)]);
+        m.on_event(&p.event(EventKind::PodGone), &p);
+        let text = m.encode();
+        assert!(
+            text.contains("maintd_pods_blocked{namespace=\"shop\",budget=\"web\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("maintd_pods_blocked{namespace=\"bank\",budget=\"web\"} 1"),
+            "{text}"
+        );
+        p.update(|st| st.blockers.clear());
+        m.on_event(&p.event(EventKind::UndoCompleted), &p);
+        assert!(
+            !m.encode().contains("maintd_pods_blocked{"),
+            "{}",
+            m.encode()
+        );
     }
 }

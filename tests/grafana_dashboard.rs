@@ -177,6 +177,13 @@ fn every_metric_and_label_the_panels_read_is_one_the_agent_exports_or_a_rule_rec
         .http_connections
         .get_or_create(&vec![("listener".into(), "readonly".into())])
         .set(1);
+    metrics
+        .pods_blocked
+        .get_or_create(&vec![
+            ("namespace".into(), "shop".into()),
+            ("budget".into(), "web".into()),
+        ])
+        .set(1);
     let exported = metrics.encode();
     let recorded: BTreeSet<String> = rule_file()["groups"]
         .as_array()
@@ -441,8 +448,20 @@ async fn every_panel_query_returns_series_from_prometheus_scraping_an_agent_thro
     );
     let during = at(expr("Fleet", "Drains in progress"), Some(blocked_at)).await;
     assert_eq!(value(&during[0]), 1.0, "{during:?}");
+    let by_budget = at(expr("Fleet", "Blocked pods, by budget"), Some(blocked_at)).await;
+    assert!(
+        by_budget
+            .iter()
+            .any(|s| s["metric"]["budget"] == "web" && value(s) >= 1.0),
+        "the budget that blocks is named: {by_budget:?}"
+    );
     let now = at(expr("Fleet", "Drains blocked"), None).await;
     assert_eq!(value(&now[0]), 0.0, "{now:?}");
+    let by_budget = at(expr("Node", "Blocked pods, by budget"), None).await;
+    assert!(
+        by_budget.iter().all(|s| value(s) == 0.0),
+        "none blocked once drained: {by_budget:?}"
+    );
     let now = at(expr("Fleet", "Nodes held drained"), None).await;
     assert_eq!(value(&now[0]), 1.0, "{now:?}");
     let phase = at(expr("Node", "Phase"), None).await;
