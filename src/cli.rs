@@ -98,6 +98,29 @@ impl LocalClient {
     }
 
     async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, CliError> {
+        let (code, body) = self.fetch(method, path, body).await?;
+        let value: Value = serde_json::from_slice(&body).map_err(|e| CliError::BadAnswer {
+            addr: self.addr.clone(),
+            why: e.to_string(),
+        })?;
+        if !code.is_success() {
+            return Err(CliError::Refused {
+                addr: self.addr.clone(),
+                what: format!("{method} {path}"),
+                code: code.as_u16(),
+                message: value["error"].as_str().unwrap_or("").to_string(),
+            });
+        }
+        Ok(value)
+    }
+
+    /// One request; the answer's status and body, whatever they are.
+    async fn fetch(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<(http::StatusCode, Bytes), CliError> {
         let unreachable = |why: String| CliError::Unreachable {
             addr: self.addr.clone(),
             why,
@@ -129,19 +152,26 @@ impl LocalClient {
             })?
             .map_err(|e| unreachable(e.to_string()))?
             .to_bytes();
-        let value: Value = serde_json::from_slice(&body).map_err(|e| CliError::BadAnswer {
-            addr: self.addr.clone(),
-            why: e.to_string(),
-        })?;
+        Ok((code, body))
+    }
+
+    /// The current or last drain's timeline, as SVG.
+    pub async fn timeline_svg(&self) -> Result<String, CliError> {
+        let path = "/v1/timeline.svg";
+        let (code, body) = self.fetch("GET", path, None).await?;
         if !code.is_success() {
+            let value: Value = serde_json::from_slice(&body).unwrap_or_default();
             return Err(CliError::Refused {
                 addr: self.addr.clone(),
-                what: format!("{method} {path}"),
+                what: format!("GET {path}"),
                 code: code.as_u16(),
                 message: value["error"].as_str().unwrap_or("").to_string(),
             });
         }
-        Ok(value)
+        String::from_utf8(body.to_vec()).map_err(|e| CliError::BadAnswer {
+            addr: self.addr.clone(),
+            why: e.to_string(),
+        })
     }
 
     /// The status document.

@@ -183,12 +183,19 @@ pub async fn run(style: Style, limit: Duration, log: Option<&Path>) -> Result<()
         let mut out = Narrator::new(style, std::io::stdout().is_terminal());
         out.follow(&mut events, &progress, EventKind::DrainCompleted)
             .await;
+        let timeline = write_timeline(&progress, log);
         set_drain_taint(&client, false).await?;
         if style == Style::Human {
             println!("\n$ kubectl taint node {NODE} maintd.io/drain-");
         }
         out.follow(&mut events, &progress, EventKind::UndoCompleted)
             .await;
+        if style == Style::Human {
+            match timeline {
+                Ok(path) => println!("\nthe drain as a picture: {}", path.display()),
+                Err(e) => println!("\nno picture of the drain: {e}"),
+            }
+        }
         Ok::<_, DemoError>(())
     })
     .await;
@@ -203,6 +210,20 @@ pub async fn run(style: Style, limit: Duration, log: Option<&Path>) -> Result<()
         Ok(Err(e)) => Err(e),
         Ok(Ok(())) => check_undone(&client).await,
     }
+}
+
+/// Writes the drain's timeline next to the agent's log (`maintd timeline`
+/// draws the same from a running agent).
+fn write_timeline(
+    progress: &crate::drain::progress::Progress,
+    log: Option<&Path>,
+) -> Result<std::path::PathBuf, crate::timeline::TimelineError> {
+    let dir = log
+        .and_then(Path::parent)
+        .map_or_else(std::env::temp_dir, Path::to_path_buf);
+    let path = dir.join(format!("maintd-demo-{}-timeline.svg", std::process::id()));
+    crate::timeline::write_svg(progress, &path)?;
+    Ok(path)
 }
 
 /// Puts the drain taint on the node, or takes it off, as `kubectl taint`

@@ -166,6 +166,25 @@ impl Endpoint {
         })
     }
 
+    /// `GET /v1/timeline.svg`: the current or last drain as a picture; 404
+    /// before the first drain.
+    fn timeline_svg(&self) -> Response<Full<Bytes>> {
+        let st = self.progress.status();
+        let recorded = self.progress.recorded();
+        match crate::timeline::chart(&self.node, &recorded, st.deadline.as_deref()) {
+            Ok(chart) => {
+                let mut resp =
+                    Response::new(Full::new(Bytes::from(crate::timeline::svg::render(&chart))));
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("image/svg+xml"),
+                );
+                resp
+            }
+            Err(e) => error(StatusCode::NOT_FOUND, &e.to_string()),
+        }
+    }
+
     /// Each view: whether it has been listed, and why it may be out of
     /// date (its watch has been failing for a minute).
     fn watches_json(&self) -> serde_json::Value {
@@ -265,7 +284,8 @@ impl Endpoint {
                 );
                 resp
             }
-            (_, "/healthz" | "/readyz" | "/v1/status" | "/metrics") => {
+            (&Method::GET, "/v1/timeline.svg") => self.timeline_svg(),
+            (_, "/healthz" | "/readyz" | "/v1/status" | "/metrics" | "/v1/timeline.svg") => {
                 error(StatusCode::METHOD_NOT_ALLOWED, "use GET")
             }
             // Drain requests are taken on the unix socket alone, from root

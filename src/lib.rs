@@ -25,4 +25,5 @@ pub mod refusals;
 pub mod report;
 #[cfg(feature = "sim")]
 pub mod testbed;
+pub mod timeline;
 pub mod trigger;

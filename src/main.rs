@@ -134,6 +134,25 @@ enum Command {
         #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
+    /// Draw this node's current or last drain as a picture: a row per stage
+    /// (or per pod), refusals by budgets, escalations, the deadline (asks
+    /// the agent's endpoint, `GET /v1/timeline.svg`).
+    Timeline {
+        #[command(flatten)]
+        endpoint: EndpointArg,
+        #[arg(short = 'o', long, value_enum, default_value_t = Picture::Svg)]
+        output: Picture,
+        /// Write the picture to this file instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Draw this node's last drain from the cluster's Events instead
+        /// (a row per stage), as any kubeconfig that may list Events can.
+        #[arg(long)]
+        node: Option<String>,
+        /// With --node: the kubeconfig to use (default as kubectl's).
+        #[arg(long, requires = "node")]
+        kubeconfig: Option<PathBuf>,
+    },
     /// Ask the agent to drain this node. With --wait, exits 0 only once the
     /// node is drained: `maintd drain --wait && systemctl reboot`.
     Drain {
@@ -217,6 +236,13 @@ struct EndpointArg {
     /// reads (`status` only).
     #[arg(long, env = "MAINTD_ENDPOINT", default_value = maintd::cli::DEFAULT_SOCKET)]
     endpoint: String,
+}
+
+/// What `maintd timeline` writes: the SVG, or a page holding it.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Picture {
+    Svg,
+    Html,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -477,6 +503,35 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&st)?),
                 Output::Text => print!("{}", maintd::cli::render_status(&st)),
+            }
+            Ok(())
+        }
+        Command::Timeline {
+            endpoint,
+            output,
+            out,
+            node,
+            kubeconfig,
+        } => {
+            let svg = match node {
+                Some(node) => {
+                    let (client, _) = client(kubeconfig.as_ref(), &node).await?;
+                    let chart = maintd::timeline::chart_from_cluster(&client, &node).await?;
+                    maintd::timeline::svg::render(&chart)
+                }
+                None => maintd::cli::LocalClient::new(&endpoint.endpoint)
+                    .timeline_svg()
+                    .await
+                    .unwrap_or_else(|e| fail(e)),
+            };
+            let text = match output {
+                Picture::Svg => svg,
+                Picture::Html => maintd::timeline::svg::page(&svg),
+            };
+            match out {
+                Some(path) => std::fs::write(&path, text)
+                    .with_context(|| format!("writing the timeline to {}", path.display()))?,
+                None => print!("{text}"),
             }
             Ok(())
         }

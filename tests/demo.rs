@@ -194,4 +194,14 @@ fn the_demo_prints_its_story_in_stage_order_and_logs_to_a_file() {
     let logged = std::fs::read_to_string(log).expect("the log file exists");
     assert!(logged.contains("INFO"), "the log file has the agent's log");
     let _ = std::fs::remove_file(log);
+    let picture = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("the drain as a picture: "))
+        .expect("the story names the drain's picture");
+    let svg = std::fs::read_to_string(picture).expect("the picture exists");
+    assert!(
+        svg.starts_with("<svg") && svg.contains("node-a drained in"),
+        "{svg}"
+    );
+    let _ = std::fs::remove_file(picture);
 }

@@ -172,6 +172,8 @@ pub struct Progress {
     /// The calls the API server refuses of late: the newest is the
     /// status's last error while the drain has none of its own.
     refusals: crate::refusals::Refusals,
+    /// The current or last drain's events, for its timeline.
+    log: crate::timeline::EventLog,
 }
 
 impl Progress {
@@ -184,6 +186,7 @@ impl Progress {
             status: Arc::default(),
             lost: Arc::default(),
             refusals: Default::default(),
+            log: Default::default(),
         }
     }
 
@@ -242,8 +245,14 @@ impl Progress {
         {
             return;
         }
+        self.log.record(&ev);
         // Nobody listening is fine.
         let _ = self.events.send(ev);
+    }
+
+    /// The current or last drain's events, as kept for its timeline.
+    pub fn recorded(&self) -> crate::timeline::Recorded {
+        self.log.recorded()
     }
 
     /// Fault injection for tests: events of `kind` are still logged but
