@@ -179,6 +179,19 @@ async fn an_agent_sets_its_condition_on_its_own_node_only_and_no_other_condition
         .map(|c| c.type_)
         .collect();
     assert!(types.contains(&"Ready".to_string()) && types.contains(&"MaintdDrain".to_string()));
+    // KEP-5683's lifecycle conditions are the agent's to write too.
+    for kind in [
+        "MaintenancePlanned",
+        "MaintenanceInProgress",
+        "DrainInProgress",
+        "Drained",
+        "GracefulNodeShutdownInProgress",
+    ] {
+        nodes
+            .patch_status("node-a", &apply, &Patch::Apply(condition(kind)))
+            .await
+            .unwrap_or_else(|e| panic!("{kind} on its own node: {e}"));
+    }
 
     let (code, _, message) = refusal(
         nodes
@@ -190,6 +203,14 @@ async fn an_agent_sets_its_condition_on_its_own_node_only_and_no_other_condition
         message.contains("may change only its own Node, not node-b"),
         "{message}"
     );
+    for other in ["DiskPressure", "Ready", "DrainsInProgress"] {
+        let (code, _, message) = refusal(
+            nodes
+                .patch_status("node-a", &apply, &Patch::Apply(condition(other)))
+                .await,
+        );
+        assert_eq!(code, 403, "{other}: {message}");
+    }
     let (code, _, message) = refusal(
         nodes
             .patch_status("node-a", &apply, &Patch::Apply(condition("DiskPressure")))

@@ -53,6 +53,8 @@ async fn setup_with(budget: Duration, margin: Duration, sleep: bool) -> Setup {
     .await
     .unwrap();
     let sim = scenario("small.yaml").await;
+    // As deploy/ installs them: the node's status is written as it goes.
+    install_crds(&sim.client()).await;
     let (events, stop) = start_agent(&sim, &bus, margin, sleep);
     let l = logind.clone();
     eventually("maintd holds its lock", || {
@@ -132,6 +134,8 @@ fn position(evs: &[DrainEvent], kind: EventKind) -> Option<usize> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reboot_waits_for_the_ordered_drain_then_proceeds() {
     let s = setup(Duration::from_secs(60), Duration::from_secs(5)).await;
+    let k = common::kubectl::Kubectl::new(&s.sim);
+    let watch = k.watch_json(&["node", "node-a"]);
     s.logind.reboot().await;
     let record = tokio::time::timeout(Duration::from_secs(60), s.logind.wait_for_shutdowns(1))
         .await
@@ -171,6 +175,39 @@ async fn a_reboot_waits_for_the_ordered_drain_then_proceeds() {
         names,
         ["pinned"],
         "only the opted-out pod stays for the reboot"
+    );
+    // KEP-5683's GracefulNodeShutdownInProgress, as a watcher of the Node
+    // saw it: set while maintd delayed the shutdown (beside the drain's own
+    // conditions, for the shutdown), gone once it let go.
+    let shows = |node: &serde_json::Value, kind: &str, reason: &str| {
+        node["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == kind && c["status"] == "True" && c["reason"] == reason)
+    };
+    let seen = watch.seen.clone();
+    eventually("the Node shows the shutdown no more", || {
+        let last = seen.lock().unwrap().last().cloned().unwrap_or_default();
+        async move {
+            !shows(&last, "GracefulNodeShutdownInProgress", "NodeShutdown")
+                && shows(&last, "Drained", "DrainCompleted")
+        }
+    })
+    .await;
+    let seen = watch.seen.lock().unwrap().clone();
+    let during = seen
+        .iter()
+        .position(|n| shows(n, "GracefulNodeShutdownInProgress", "NodeShutdown"))
+        .expect("GracefulNodeShutdownInProgress was set");
+    assert!(
+        shows(&seen[during], "MaintenanceInProgress", "NodeShutdown"),
+        "the maintenance is the shutdown's: {}",
+        seen[during]["status"]["conditions"]
+    );
+    assert!(
+        !shows(&seen[0], "GracefulNodeShutdownInProgress", "NodeShutdown"),
+        "not before the reboot"
     );
     s.stop.cancel();
 }

@@ -7,6 +7,7 @@
 //! timeout; failures are retried ever more slowly.
 
 mod apply;
+pub mod conditions;
 pub mod events;
 mod medik8s;
 pub mod notify;
@@ -20,11 +21,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api;
 use crate::api::nodedrain::{self, NODEDRAINS_PATH, NodeDrainStatus};
-use crate::drain::progress::{Phase, Progress};
+use crate::drain::progress::Progress;
 use crate::index::Index;
 use crate::inhibitor::InhibitorStatus;
 use crate::trigger::maintenance::MaintenanceTrigger;
 use apply::Applied;
+
+/// (type, status, reason) of a condition written.
+type ConditionKey = (&'static str, &'static str, &'static str);
 
 /// Writes this node's status objects.
 pub struct StatusReporter {
@@ -106,7 +110,7 @@ impl StatusReporter {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut dirty = true;
         let mut pace = RetryPace::default();
-        let mut condition: Option<(&'static str, &'static str)> = None;
+        let mut condition: Option<Vec<ConditionKey>> = None;
         loop {
             tokio::select! {
                 _ = events.recv() => dirty = true,
@@ -220,64 +224,70 @@ impl StatusReporter {
         }
     }
 
-    /// maintd's condition on the Node (type `MaintdDrain`): True while the
-    /// node is draining or drained. Written only when its status or reason
-    /// changes (a phase transition), never for progress or for a change of
-    /// triggers alone: every write to a Node goes to everything that watches
-    /// Nodes (KEP-589), so the details are in the node's NodeDrain. A
-    /// blocked drain is still `Draining` here (its NodeDrain says Blocked):
-    /// a drain waiting on budgets goes back and forth between the two.
-    async fn write_condition(&self, last: &mut Option<(&'static str, &'static str)>) -> bool {
+    /// Writes the Node's conditions (see [`conditions`]) when one of them
+    /// changes, a state starting or ending, never for progress or for a
+    /// change of triggers alone: every write to a Node goes to everything
+    /// that watches Nodes (KEP-589), so the details are in the node's
+    /// NodeDrain. All of them go in one write.
+    async fn write_condition(&self, last: &mut Option<Vec<ConditionKey>>) -> bool {
         let st = self.progress.status();
-        let (status, reason) = node_condition(st.phase);
-        if *last == Some((status, reason)) {
+        let shutdown = self.inhibitor.as_ref().is_some_and(|i| {
+            let i = i.borrow();
+            i.preparing && i.held
+        });
+        let node = self.node_index.by_name(&self.node);
+        let others = node
+            .as_deref()
+            .map(conditions::held_by_others)
+            .unwrap_or_default();
+        let want: Vec<conditions::Wanted> = conditions::wanted(&self.node, &st, shutdown)
+            .into_iter()
+            .filter(|w| !others.contains(w.type_))
+            .collect();
+        let keys: Vec<ConditionKey> = want.iter().map(conditions::Wanted::key).collect();
+        if last.as_ref() == Some(&keys) {
             return true;
         }
         // What the Node says already (an agent that restarted): the same
-        // condition is not written again, and a reason change within the
-        // same status keeps the time of the last transition.
-        let current = self.node_index.by_name(&self.node).and_then(|n| {
-            n["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .find(|c| c["type"] == "MaintdDrain")
-                .cloned()
-        });
-        if current
-            .as_ref()
-            .is_some_and(|c| c["status"] == status && c["reason"] == reason)
-        {
-            *last = Some((status, reason));
+        // conditions are not written again.
+        if node.as_deref().is_some_and(|n| conditions::shown(n, &want)) {
+            *last = Some(keys);
             return true;
         }
-        let message = if st.triggers.is_empty() {
-            "no maintenance".to_string()
-        } else {
-            format!(
-                "{} for {}; progress and blockers: kubectl get nodedrain {}",
-                reason.to_lowercase(),
-                st.triggers.join(", "),
-                self.node
-            )
-        };
         let time = crate::drain::progress::now_time();
-        let since = current
-            .filter(|c| c["status"] == status)
-            .and_then(|c| c["lastTransitionTime"].as_str().map(str::to_string))
-            .unwrap_or_else(|| time.clone());
+        let written: Vec<Value> = want
+            .iter()
+            .map(|w| {
+                // A reason or message change within the same status keeps
+                // the time of the last transition.
+                let since = node
+                    .as_deref()
+                    .and_then(|n| conditions::find(n, w.type_))
+                    .filter(|c| c["status"] == w.status)
+                    .and_then(|c| c["lastTransitionTime"].as_str().map(str::to_string))
+                    .unwrap_or_else(|| time.clone());
+                let mut c = json!({
+                    "type": w.type_, "status": w.status, "reason": w.reason,
+                    "message": w.message, "lastTransitionTime": since,
+                });
+                if w.type_ == conditions::MAINTD_DRAIN {
+                    c["lastHeartbeatTime"] = time.clone().into();
+                }
+                c
+            })
+            .collect();
+        // Lifecycle conditions of maintd's left out of this write are
+        // removed by it (server-side apply drops what its manager no
+        // longer applies).
         let body = serde_json::json!({
             "apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node},
-            "status": {"conditions": [{
-                "type": "MaintdDrain", "status": status, "reason": reason, "message": message,
-                "lastTransitionTime": since, "lastHeartbeatTime": time,
-            }]},
+            "status": {"conditions": written},
         });
         // Based on the Node as last seen: a write of ours that timed out
         // and lands late is refused rather than undoing a newer condition.
-        let rv = self
-            .node_index
-            .by_name(&self.node)
-            .and_then(|n| apply::rv_of(&n).map(str::to_string));
+        let rv = node
+            .as_deref()
+            .and_then(|n| apply::rv_of(n).map(str::to_string));
         // On a conflict (the watch had not yet brought the agent's own
         // taint or cordon), the next round is based on what the watch
         // brings by then: cheaper than reading the whole Node again.
@@ -287,7 +297,7 @@ impl StatusReporter {
             Applied::Written(_)
         );
         // After a failure, what the Node says decides the next round.
-        *last = ok.then_some((status, reason));
+        *last = ok.then_some(keys);
         ok
     }
 
@@ -323,17 +333,6 @@ impl StatusReporter {
             self.manager()
         );
         self.applier().apply_based(&path, reread, body, rv).await
-    }
-}
-
-/// The Node condition's status and reason for a drain phase.
-fn node_condition(phase: Phase) -> (&'static str, &'static str) {
-    match phase {
-        Phase::Idle => ("False", "Idle"),
-        Phase::Cordoned => ("False", "Cordoned"),
-        Phase::Draining | Phase::Blocked => ("True", "Draining"),
-        Phase::Drained => ("True", "Drained"),
-        Phase::Failed => ("False", "Failed"),
     }
 }
 

@@ -85,3 +85,47 @@ impl Kubectl {
         serde_json::from_str(&self.ok(&all).await).unwrap()
     }
 }
+
+/// A `kubectl get --watch -o json` running in the background: every
+/// object it prints, in order. The process is killed when this is dropped.
+pub struct KubectlWatch {
+    child: std::process::Child,
+    pub seen: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+impl Kubectl {
+    /// Starts `kubectl get <args> --watch -o json`.
+    pub fn watch_json(&self, args: &[&str]) -> KubectlWatch {
+        let mut child = Command::new("kubectl")
+            .arg("get")
+            .args(args)
+            .args(["--watch", "-o", "json"])
+            .env("KUBECONFIG", self.kubeconfig.path())
+            .env("KUBECACHEDIR", self.cache.path())
+            .env("HOME", self.cache.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("kubectl runs");
+        let stdout = child.stdout.take().unwrap();
+        let seen: std::sync::Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
+        let sink = seen.clone();
+        std::thread::spawn(move || {
+            let reader = std::io::BufReader::new(stdout);
+            for object in serde_json::Deserializer::from_reader(reader).into_iter::<Value>() {
+                match object {
+                    Ok(o) => sink.lock().unwrap().push(o),
+                    Err(_) => return,
+                }
+            }
+        });
+        KubectlWatch { child, seen }
+    }
+}
+
+impl Drop for KubectlWatch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -340,3 +340,18 @@ pub async fn two_nodes() -> SimCluster {
     }
     sim
 }
+
+/// maintd's CRDs (NodeMaintenance, NodeDrain), as `deploy/` installs them:
+/// without the NodeDrain's, the agent's status writes fail and back off.
+pub async fn install_crds(client: &kube::Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    for crd in [
+        maintd::api::crd().unwrap(),
+        maintd::api::nodedrain_crd().unwrap(),
+    ] {
+        Api::<CustomResourceDefinition>::all(client.clone())
+            .create(&PostParams::default(), &crd)
+            .await
+            .unwrap();
+    }
+}
