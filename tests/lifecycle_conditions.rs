@@ -183,18 +183,7 @@ async fn a_drain_waiting_for_its_window_shows_maintenance_planned_and_an_admins_
         admins,
     ])
     .await;
-    let agent_node_writes = || {
-        sim.state
-            .audit
-            .entries()
-            .iter()
-            .filter(|e| {
-                e.user_agent.contains("node-a")
-                    && e.resource == "nodes"
-                    && e.subresource.as_deref() == Some("status")
-            })
-            .count()
-    };
+    let agent_node_writes = || node_status_writes(&sim, "node-a");
     let before = agent_node_writes();
     let (code, _) = request(&a.local, "POST", "/v1/drain", r#"{"reason": "os update"}"#).await;
     assert_eq!(code, 202);

@@ -13,20 +13,6 @@ use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
-/// Runs the built `maintd` binary; returns (exit code, stdout, stderr).
-async fn maintd(args: &[&str]) -> (i32, String, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_maintd"))
-        .args(args)
-        .output()
-        .await
-        .expect("maintd runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
-
 /// The keys docs/status.md documents, checked on a live document.
 fn assert_documented_schema(st: &Value) {
     let keys = |v: &Value| -> Vec<String> {

@@ -27,15 +27,7 @@ fn resource() -> ApiResource {
 /// Both CRDs, and the agents' namespace (where the status writer's Lease
 /// lives), as deploy/ installs them.
 async fn install_crd(client: &kube::Client) {
-    for crd in [
-        maintd::api::crd().unwrap(),
-        maintd::api::nodedrain_crd().unwrap(),
-    ] {
-        Api::<CustomResourceDefinition>::all(client.clone())
-            .create(&PostParams::default(), &crd)
-            .await
-            .unwrap();
-    }
+    install_crds(client).await;
     let ns: k8s_openapi::api::core::v1::Namespace =
         serde_json::from_value(json!({"metadata": {"name": "maintd"}})).unwrap();
     Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::{Namespace, Node};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, PostParams};
 use maintd::agent::Agent;
 use maintd::config::Config;
@@ -21,15 +20,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 async fn install(client: &kube::Client) {
-    for crd in [
-        maintd::api::crd().unwrap(),
-        maintd::api::nodedrain_crd().unwrap(),
-    ] {
-        Api::<CustomResourceDefinition>::all(client.clone())
-            .create(&PostParams::default(), &crd)
-            .await
-            .unwrap();
-    }
+    install_crds(client).await;
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "maintd"}})).unwrap();
     Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &ns)
@@ -249,22 +240,6 @@ async fn status_writes_cost_agents_a_metadata_event_and_only_a_spec_change_a_rea
     stop.cancel();
 }
 
-/// The agent's writes of its Node's status (the MaintdDrain condition),
-/// in the API server's order.
-fn node_condition_writes(sim: &SimCluster) -> usize {
-    sim.state
-        .audit
-        .entries()
-        .iter()
-        .filter(|e| {
-            e.user_agent.contains("node-a")
-                && e.resource == "nodes"
-                && e.subresource.as_deref() == Some("status")
-                && e.code < 300
-        })
-        .count()
-}
-
 /// Every write to a Node goes to everything watching Nodes: the agent
 /// writes its condition on phase transitions only. A drain whose budget
 /// paces it (the small scenario's web pods go one at a time, so the drain
@@ -277,7 +252,7 @@ async fn the_node_condition_is_written_on_phase_transitions_only() {
     let k = common::kubectl::Kubectl::new(&sim);
     let k_ref = &k;
     first_idle(k_ref).await;
-    let at_start = node_condition_writes(&sim);
+    let at_start = node_status_writes(&sim, "node-a");
     assert!(at_start <= 1, "one write of Idle at most: {at_start}");
     taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
     eventually("node-a's NodeDrain reads Drained", || async move {
@@ -298,7 +273,7 @@ async fn the_node_condition_is_written_on_phase_transitions_only() {
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let writes = node_condition_writes(&sim) - at_start;
+    let writes = node_status_writes(&sim, "node-a") - at_start;
     // Cordoned, Draining, Drained, then Cordoned or Idle on the way back.
     assert!(
         (3..=5).contains(&writes),

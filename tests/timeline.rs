@@ -12,20 +12,6 @@ use common::endpoint::*;
 use common::*;
 use serde_json::Value;
 
-/// Runs the built `maintd` binary; returns (exit code, stdout, stderr).
-async fn maintd(args: &[&str]) -> (i32, String, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_maintd"))
-        .args(args)
-        .output()
-        .await
-        .expect("maintd runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
-
 /// An agent on small.yaml's node-a.
 async fn agent() -> (maintd_sim::SimCluster, EndpointAgent) {
     let sim = scenario("small.yaml").await;

@@ -341,6 +341,36 @@ pub async fn two_nodes() -> SimCluster {
     sim
 }
 
+/// Runs the built `maintd` binary; returns (exit code, stdout, stderr).
+pub async fn maintd(args: &[&str]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_maintd"))
+        .args(args)
+        .output()
+        .await
+        .expect("maintd runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+/// Writes of `node`'s status (its conditions) by that node's agent that
+/// the API server took, from the simulator's audit log.
+pub fn node_status_writes(sim: &SimCluster, node: &str) -> usize {
+    sim.state
+        .audit
+        .entries()
+        .iter()
+        .filter(|e| {
+            e.user_agent.contains(node)
+                && e.resource == "nodes"
+                && e.subresource.as_deref() == Some("status")
+                && e.code < 300
+        })
+        .count()
+}
+
 /// maintd's CRDs (NodeMaintenance, NodeDrain), as `deploy/` installs them:
 /// without the NodeDrain's, the agent's status writes fail and back off.
 pub async fn install_crds(client: &kube::Client) {
