@@ -546,3 +546,37 @@ async fn a_role_missing_a_rule_is_said_in_words_in_readyz_and_the_status_until_i
     .await;
     agent.stop().await;
 }
+
+#[tokio::test]
+async fn an_agent_holds_medik8s_lease_of_its_own_node_only_and_only_as_node_maintenance() {
+    let (sim, agent) = cluster().await;
+    testbed::install_rights(&sim, true).unwrap();
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(agent.clone(), "medik8s-leases");
+    let lease = |name: &str, holder: &str| {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "medik8s-leases"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 3600},
+        }))
+        .unwrap()
+    };
+    let pp = kube::api::PostParams::default();
+    for (name, holder) in [
+        ("node-node-b", "node-maintenance"),
+        ("node-node-a", "node-healthcheck"),
+        ("node-node-a", "node-b"),
+    ] {
+        let (code, _, message) = refusal(leases.create(&pp, &lease(name, holder)).await);
+        assert_eq!(code, 403, "{name} as {holder}: {message}");
+    }
+    let mut mine = leases
+        .create(&pp, &lease("node-node-a", "node-maintenance"))
+        .await
+        .expect("its own node's, as node-maintenance");
+    // Given back: its holder cleared.
+    mine.spec.as_mut().unwrap().holder_identity = None;
+    leases
+        .replace("node-node-a", &pp, &mine)
+        .await
+        .expect("given back");
+}

@@ -139,7 +139,12 @@ const MEDIK8S_CALLS: &[(&str, &str, &str, Option<&str>)] = &[
     (MEDIK8S, "nodemaintenances", "watch", None),
     (MEDIK8S, "nodemaintenances", "patch", None),
     (MEDIK8S, "nodemaintenances/status", "patch", None),
+    // medik8s' coordination Lease of the node (src/agent/medik8s_lease.rs).
+    (COORDINATION, "leases", "get", Some("medik8s-leases")),
+    (COORDINATION, "leases", "create", Some("medik8s-leases")),
+    (COORDINATION, "leases", "update", Some("medik8s-leases")),
 ];
+const COORDINATION: &str = "coordination.k8s.io";
 const MEDIK8S: &str = "nodemaintenance.medik8s.io";
 
 fn grants(rule: &PolicyRule, group: &str, resource: &str, verb: &str) -> bool {
@@ -247,7 +252,13 @@ fn the_medik8s_variant_grants_exactly_what_the_medik8s_trigger_adds() {
             .all(|e| e.name != "MAINTD_MEDIK8S"),
         "off unless asked for"
     );
-    // Everything else is the base, unchanged.
+    // Everything else is the base, with medik8s' Lease namespace.
+    let namespaces: Vec<_> = m
+        .namespaces
+        .iter()
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
+    assert!(namespaces.contains(&"medik8s-leases"), "{namespaces:?}");
     assert_eq!(m.crds.len(), 2);
     assert_eq!(m.daemonsets.len(), 1);
 }

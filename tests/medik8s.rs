@@ -273,3 +273,103 @@ async fn a_restarted_agent_keeps_the_drain_and_undoes_an_object_deleted_while_it
     .await;
     third.cancel();
 }
+
+/// medik8s' coordination Lease of `node`, as kubectl reads it (None: none).
+async fn medik8s_lease(k: &Kubectl, node: &str) -> Option<Value> {
+    let (ok, out, _) = k
+        .run(&[
+            "get",
+            "lease",
+            "-n",
+            "medik8s-leases",
+            &format!("node-{node}"),
+            "-o",
+            "json",
+        ])
+        .await;
+    ok.then(|| serde_json::from_str(&out).unwrap())
+}
+
+/// While a medik8s object holds the node, its agent holds medik8s' own
+/// Lease as medik8s' operator would, so medik8s' remediation operators
+/// see the node under maintenance; it gives it back when the object goes.
+/// A Lease another holder keeps valid is not taken over, and said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_holds_medik8s_lease_while_a_medik8s_object_names_it() {
+    let sim = scenario("small.yaml").await;
+    let k = Kubectl::new(&sim);
+    install_medik8s_crd(&k).await;
+    let stop = CancellationToken::new();
+    let progress = start_agent(&sim, "node-a", true, &stop);
+    let progress_b = start_agent(&sim, "node-b", true, &stop);
+    let events_b = common::agent::collect_events(&progress_b);
+    // Someone else's valid hold on node-b's Lease (a remediation under way).
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string();
+    k.apply_yaml(&format!(
+        "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: node-node-b\n  namespace: medik8s-leases\n\
+         spec:\n  holderIdentity: node-healthcheck\n  leaseDurationSeconds: 3600\n  renewTime: \"{now}\"\n  acquireTime: \"{now}\"\n"
+    ))
+    .await;
+    request(&k, "disk", "node-a").await;
+    request(&k, "fans", "node-b").await;
+
+    let k_ref = &k;
+    eventually(
+        "node-a's medik8s Lease is held by node-maintenance",
+        || async move {
+            medik8s_lease(k_ref, "node-a")
+                .await
+                .is_some_and(|l| l["spec"]["holderIdentity"] == "node-maintenance")
+        },
+    )
+    .await;
+    let lease = medik8s_lease(&k, "node-a").await.unwrap();
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 3600);
+    assert!(lease["spec"]["renewTime"].is_string() && lease["spec"]["acquireTime"].is_string());
+    let owner = &lease["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (owner["kind"].as_str(), owner["name"].as_str()),
+        (Some("Node"), Some("node-a"))
+    );
+    let node_uid = k.json(&["get", "node", "node-a"]).await["metadata"]["uid"].clone();
+    assert_eq!(owner["uid"], node_uid);
+
+    // node-b's is someone else's: left as it is, and the agent says so.
+    eventually(
+        "node-b's agent says whose the Lease is (a Warning Event)",
+        || {
+            let warned = events_b.lock().unwrap().iter().any(|e| {
+                e.event == maintd::drain::progress::EventKind::Warning
+                    && e.message.contains("held by node-healthcheck")
+            });
+            async move { warned }
+        },
+    )
+    .await;
+    let lease_b = medik8s_lease(&k, "node-b").await.unwrap();
+    assert_eq!(lease_b["spec"]["holderIdentity"], "node-healthcheck");
+    // Its drain goes on all the same.
+    let b = progress_b.clone();
+    eventually("node-b is drained", || {
+        let drained = b.status().phase == Phase::Drained;
+        async move { drained }
+    })
+    .await;
+
+    k.ok(&["delete", RESOURCE, "disk"]).await;
+    eventually("node-a's Lease is given back", || async move {
+        medik8s_lease(k_ref, "node-a")
+            .await
+            .is_some_and(|l| l["spec"]["holderIdentity"].is_null())
+    })
+    .await;
+    let p = progress.clone();
+    eventually("node-a is back in service", || {
+        let idle = p.status().phase == Phase::Idle;
+        async move { idle }
+    })
+    .await;
+    stop.cancel();
+}

@@ -24,6 +24,7 @@ mod cordon;
 mod fleet;
 pub use fleet::AgentDrain;
 mod medik8s;
+mod medik8s_lease;
 mod planned;
 mod reconcile;
 mod shutdown;
@@ -227,6 +228,10 @@ impl Agent {
             tokio::spawn(
                 m.clone()
                     .run(client.clone(), self.watch_guard(), stop.clone()),
+            );
+            tokio::spawn(
+                self.clone()
+                    .keep_medik8s_lease(client.clone(), stop.clone()),
             );
         }
         let shutdown = self.config.shutdown.as_ref().map(|st| {
