@@ -20,6 +20,7 @@ pub mod eviction;
 pub mod faults;
 pub mod invariants;
 pub mod kubelet;
+pub mod lifecycle;
 pub mod logind;
 pub mod meta;
 pub mod patch;
@@ -82,6 +83,9 @@ impl SimCluster {
         tokio::spawn(server::serve(state.clone(), listener, stop.clone()));
         kubelet::start(state.clone(), stop.clone());
         controllers::start(state.clone(), stop.clone());
+        if state.config.eviction_requests {
+            lifecycle::start(state.clone(), stop.clone());
+        }
         Ok(SimCluster {
             state,
             addr,

@@ -36,6 +36,14 @@ pub struct SimConfig {
     /// status after its pods or spec change (a busy cluster's lag; 0 for
     /// tests that want it at once).
     pub disruption_lag: Duration,
+    /// Serve KEP-4563's EvictionRequest API (`lifecycle.k8s.io/v1alpha1`)
+    /// and run its eviction request controller, as a cluster with the
+    /// `EvictionRequestAPI` feature gate on does. Off, the group is not
+    /// listed and its paths answer 404.
+    pub eviction_requests: bool,
+    /// How long the simulated live migration responder takes when its pod
+    /// does not say (`sim.maintd.io/live-migration-seconds`).
+    pub live_migration: Duration,
 }
 
 impl Default for SimConfig {
@@ -48,6 +56,8 @@ impl Default for SimConfig {
             static_pod_poll: Duration::from_millis(200),
             max_body: 3 * 1024 * 1024,
             disruption_lag: Duration::from_millis(300),
+            eviction_requests: false,
+            live_migration: Duration::from_secs(5),
         }
     }
 }
@@ -75,6 +85,11 @@ impl SimState {
         let mut store = Store::new(config.history);
         for def in builtins() {
             store.register(def);
+        }
+        if config.eviction_requests {
+            for def in super::lifecycle::resources() {
+                store.register(def);
+            }
         }
         let tokens = super::auth::Tokens::default();
         let admin_token = tokens.issue_admin();

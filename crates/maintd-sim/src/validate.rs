@@ -167,6 +167,7 @@ pub fn check(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
                 ));
             }
         }
+        (super::lifecycle::GROUP, _) => super::lifecycle::check(def, obj, &mut causes),
         _ => {}
     }
     if causes.is_empty() {

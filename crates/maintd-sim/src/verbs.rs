@@ -519,6 +519,7 @@ fn commit(
         new["metadata"]["generation"] = json!(generation + 1);
     }
     validate::check(def, &new)?;
+    super::lifecycle::check_update(def, old, &new)?;
     if op != "Apply" {
         patch::record_update(
             Some(old),
