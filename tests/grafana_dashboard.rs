@@ -14,7 +14,6 @@ mod common;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use common::endpoint::{EndpointAgent, request};
@@ -237,33 +236,12 @@ fn every_metric_and_label_the_panels_read_is_one_the_agent_exports_or_a_rule_rec
 
 #[test]
 fn the_component_ships_the_dashboard_file_as_the_grafana_sidecar_configmap() {
-    let dir = root().join("target/kustomize-grafana");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("kustomization.yaml"),
-        "resources:\n  - ../../deploy\ncomponents:\n  - ../../deploy/grafana\n",
-    )
-    .unwrap();
-    let out = Command::new("kubectl")
-        .args(["kustomize"])
-        .arg(&dir)
-        .output()
-        .expect("kubectl runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let docs: Vec<Value> = text
-        .split("\n---\n")
-        .map(|d| serde_saphyr::from_str(d).unwrap())
-        .collect();
+    let docs: Vec<Value> = common::kustomize_with_component("grafana");
     let maps: Vec<&Value> = docs
         .iter()
         .filter(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "maintd-dashboard")
         .collect();
-    assert_eq!(maps.len(), 1, "one maintd-dashboard ConfigMap:\n{text}");
+    assert_eq!(maps.len(), 1, "one maintd-dashboard ConfigMap: {docs:?}");
     let map = maps[0];
     assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1");
     assert_eq!(map["metadata"]["namespace"], "maintd");

@@ -10,6 +10,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod common;
+
 const PROMTOOL: &str = "/usr/bin/promtool";
 
 fn root() -> PathBuf {
@@ -167,28 +169,7 @@ fn every_alert_names_its_node_and_links_its_runbook() {
 
 #[test]
 fn the_component_makes_every_agent_scrapeable_by_its_node_address() {
-    let dir = root().join("target/kustomize-prometheus");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("kustomization.yaml"),
-        "resources:\n  - ../../deploy\ncomponents:\n  - ../../deploy/prometheus\n",
-    )
-    .unwrap();
-    let out = Command::new("kubectl")
-        .args(["kustomize"])
-        .arg(&dir)
-        .output()
-        .expect("kubectl runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let docs: Vec<Value> = text
-        .split("\n---\n")
-        .map(|d| serde_saphyr::from_str(d).unwrap())
-        .collect();
+    let docs: Vec<Value> = common::kustomize_with_component("prometheus");
     let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
     assert!(kinds.contains("PrometheusRule") && kinds.contains("PodMonitor"));
     let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap();

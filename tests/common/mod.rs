@@ -371,6 +371,34 @@ pub fn node_status_writes(sim: &SimCluster, node: &str) -> usize {
         .count()
 }
 
+/// What `kubectl kustomize` makes of deploy/ with `deploy/<component>` on
+/// top, as an operator's own kustomization would put it: its documents.
+pub fn kustomize_with_component(component: &str) -> Vec<Value> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join(format!("target/kustomize-{component}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!("resources:\n  - ../../deploy\ncomponents:\n  - ../../deploy/{component}\n"),
+    )
+    .unwrap();
+    let out = std::process::Command::new("kubectl")
+        .args(["kustomize"])
+        .arg(&dir)
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .split("\n---\n")
+        .map(|d| serde_saphyr::from_str(d).unwrap())
+        .collect()
+}
+
 /// maintd's CRDs (NodeMaintenance, NodeDrain), as `deploy/` installs them:
 /// without the NodeDrain's, the agent's status writes fail and back off.
 pub async fn install_crds(client: &kube::Client) {
