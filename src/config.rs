@@ -313,6 +313,17 @@ impl AgentArgs {
                 why: e.why,
             })?;
         let mut notify_urls = Vec::new();
+        // Each receiver has a sender and a queue of its own.
+        const MAX_NOTIFY_URLS: usize = 16;
+        if self.notify_urls.len() > MAX_NOTIFY_URLS {
+            return Err(ConfigError::Invalid {
+                name: "--notify-url",
+                why: format!(
+                    "given {} times; at most {MAX_NOTIFY_URLS} receivers (use a relay for more)",
+                    self.notify_urls.len()
+                ),
+            });
+        }
         for raw in self.notify_urls.iter().filter(|u| !u.trim().is_empty()) {
             crate::report::notify::Webhook::parse(raw).map_err(|why| ConfigError::Invalid {
                 name: "--notify-url",
@@ -399,6 +410,43 @@ mod tests {
         let argv = std::iter::once("maintd").chain(args.iter().copied());
         let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
         cli.agent.into_config().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn notification_settings_are_checked() {
+        let c = config(&[
+            "--node",
+            "n",
+            "--notify-url",
+            "https://hooks.example/a",
+            "--notify-url",
+            " ",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.notify_urls,
+            ["https://hooks.example/a"],
+            "empty ones left out"
+        );
+        assert_eq!(c.notify_blocked_after, Duration::from_secs(60));
+        let mut many = vec!["--node", "n"];
+        for _ in 0..17 {
+            many.extend(["--notify-url", "http://r/x"]);
+        }
+        assert!(config(&many).unwrap_err().contains("at most 16 receivers"));
+        for bad in [
+            "--notify-blocked-after-seconds=-1",
+            "--notify-blocked-after-seconds=NaN",
+            "--notify-blocked-after-seconds=100000",
+        ] {
+            let err = config(&["--node", "n", bad]).unwrap_err();
+            assert!(
+                err.contains("--notify-blocked-after-seconds"),
+                "{bad}: {err}"
+            );
+        }
+        let err = config(&["--node", "n", "--notify-url", "hooks.example/a"]).unwrap_err();
+        assert!(err.contains("http:// or https://"), "{err}");
     }
 
     #[test]

@@ -53,6 +53,12 @@ impl Webhook {
         if raw.len() > MAX_URL {
             return Err(format!("the URL is longer than {MAX_URL} characters"));
         }
+        if !raw.contains("://") {
+            return Err(format!(
+                "the URL `{}` must start with http:// or https://",
+                url::redact(raw)
+            ));
+        }
         let uri: http::Uri = raw
             .parse()
             .map_err(|e| format!("the URL `{}` cannot be read ({e})", url::redact(raw)))?;
