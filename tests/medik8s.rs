@@ -112,6 +112,10 @@ async fn a_medik8s_object_drains_its_node_and_reads_like_medik8s() {
     .await;
     assert!(cordoned_and_tainted(&node_spec(&k, "node-a").await));
     let st = status_of(&k, "disk").await;
+    assert!(
+        st.get("pendingPodsRefs").is_none(),
+        "this CRD has no pendingPodsRefs: the status leaves it out: {st}"
+    );
     let (total, eviction) = (
         st["totalpods"].as_i64().unwrap(),
         st["evictionPods"].as_i64().unwrap(),
@@ -371,5 +375,42 @@ async fn the_node_holds_medik8s_lease_while_a_medik8s_object_names_it() {
         async move { idle }
     })
     .await;
+    stop.cancel();
+}
+
+/// A newer medik8s CRD has `status.pendingPodsRefs` (namespace and name):
+/// the agent writes it there, beside the names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_pods_refs_are_written_where_the_crd_has_them() {
+    let sim = scenario("small.yaml").await;
+    let k = Kubectl::new(&sim);
+    install_medik8s_crd(&k).await;
+    let refs = r#"[{"op": "add", "path": "/spec/versions/0/schema/openAPIV3Schema/properties/status/properties/pendingPodsRefs", "value": {"type": "array", "items": {"type": "object", "properties": {"namespace": {"type": "string"}, "name": {"type": "string"}}}}}]"#;
+    k.ok(&["patch", "crd", RESOURCE, "--type=json", "-p", refs])
+        .await;
+    set_min_available(&k, 3).await;
+    let stop = CancellationToken::new();
+    start_agent(&sim, "node-a", true, &stop);
+    request(&k, "disk", "node-a").await;
+    let k_ref = &k;
+    eventually(
+        "the status names the blocked pods with their namespace",
+        || async move {
+            let st = status_of(k_ref, "disk").await;
+            st["pendingPodsRefs"].as_array().is_some_and(|refs| {
+                refs.iter().any(|r| {
+                    r["namespace"] == "default"
+                        && r["name"].as_str().is_some_and(|n| n.starts_with("web-"))
+                })
+            })
+        },
+    )
+    .await;
+    let st = status_of(&k, "disk").await;
+    assert_eq!(
+        st["pendingPodsRefs"].as_array().unwrap().len(),
+        st["pendingPods"].as_array().unwrap().len(),
+        "the same pods: {st}"
+    );
     stop.cancel();
 }

@@ -69,10 +69,20 @@ pub struct Medik8sStatus {
     pub total_pods: i64,
     /// The pods up for eviction.
     pub eviction_pods: i64,
-    /// Names of the pods still to go (medik8s lists names only).
+    /// Names of the pods still to go.
     pub pending_pods: Vec<String>,
+    /// The same pods with their namespaces (newer medik8s CRDs have the
+    /// field; for an older CRD the writer leaves it out).
+    pub pending_pods_refs: Vec<PodRef>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+}
+
+/// A pod, as medik8s' `pendingPodsRefs` names it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
 }
 
 /// The status the drain's state translates to. A node that is cordoned but
@@ -92,13 +102,20 @@ pub fn status(st: &DrainStatus) -> Medik8sStatus {
         (0, _) => 0,
         (n, _) => gone * 100 / n,
     };
-    let pending_pods = st
+    let pending: Vec<&crate::drain::progress::PodStatus> = st
         .stages
         .iter()
         .flat_map(|s| &s.pods)
         .filter(|p| p.state != PodState::Gone)
-        .map(|p| p.name.clone())
         .take(MAX_PENDING)
+        .collect();
+    let pending_pods = pending.iter().map(|p| p.name.clone()).collect();
+    let pending_pods_refs = pending
+        .iter()
+        .map(|p| PodRef {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+        })
         .collect();
     // What holds the drain up is the error an operator needs: the drain's
     // own error first, else the first refused eviction.
@@ -114,15 +131,19 @@ pub fn status(st: &DrainStatus) -> Medik8sStatus {
         total_pods: eviction + st.skipped.len() as i64,
         eviction_pods: eviction,
         pending_pods,
+        pending_pods_refs,
         last_error,
     }
 }
 
 /// The server-side apply body for `name`'s status; `now` (RFC 3339) goes
-/// into `lastUpdate`.
-pub fn apply_body(name: &str, status: &Medik8sStatus, now: &str) -> Value {
+/// into `lastUpdate`; `refs`: whether the CRD has `pendingPodsRefs`.
+pub fn apply_body(name: &str, status: &Medik8sStatus, now: &str, refs: bool) -> Value {
     let mut s = serde_json::to_value(status).unwrap_or_else(|_| json!({}));
     s["lastUpdate"] = json!(now);
+    if !refs && let Some(map) = s.as_object_mut() {
+        map.remove("pendingPodsRefs");
+    }
     json!({
         "apiVersion": format!("{GROUP}/{VERSION}"),
         "kind": "NodeMaintenance",
@@ -232,7 +253,7 @@ mod tests {
             s.last_error.as_deref(),
             Some("default/web-2: PodDisruptionBudget default/web allows no disruption")
         );
-        let body = apply_body("m", &s, "2026-01-01T00:00:00Z");
+        let body = apply_body("m", &s, "2026-01-01T00:00:00Z", true);
         let st = &body["status"];
         assert_eq!(body["apiVersion"], "nodemaintenance.medik8s.io/v1beta1");
         assert_eq!(
@@ -246,6 +267,12 @@ mod tests {
         assert_eq!(st["drainProgress"], 25);
         assert_eq!(st["lastUpdate"], "2026-01-01T00:00:00Z");
         assert_eq!(st["pendingPods"][0], "web-2");
+        assert_eq!(st["pendingPodsRefs"][0]["name"], "web-2");
+        assert!(st["pendingPodsRefs"][0]["namespace"].is_string());
+        // For a CRD without the field, the body has none.
+        let older = apply_body("m", &s, "2026-01-01T00:00:00Z", false);
+        assert!(older["status"].get("pendingPodsRefs").is_none());
+        assert_eq!(older["status"]["pendingPods"][0], "web-2");
     }
 
     #[test]

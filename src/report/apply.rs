@@ -24,6 +24,9 @@ pub enum Applied {
     Stale,
     /// The object is not there (404).
     Gone,
+    /// The object's schema does not declare a field of the write (the API
+    /// server's words, which name the field).
+    Undeclared(String),
     /// Refused otherwise, or no answer in time (logged); it may still land,
     /// which the precondition of the next write takes care of.
     Failed,
@@ -89,6 +92,9 @@ impl Applier<'_> {
             Ok(Err(kube::Error::Api(s))) if s.code == 404 => {
                 tracing::info!(%path, "{what}: the object is gone");
                 Applied::Gone
+            }
+            Ok(Err(kube::Error::Api(s))) if s.message.contains("field not declared in schema") => {
+                Applied::Undeclared(s.message)
             }
             Ok(Err(e)) => {
                 crate::refusals::log_retry(&format!("writing {what} at {path}; will retry"), &e);

@@ -69,6 +69,7 @@ impl StatusReporter {
     pub(super) async fn write_medik8s(
         &self,
         written: &mut BTreeMap<String, Written>,
+        refs: &mut bool,
         now: Instant,
     ) -> Medik8sRound {
         let mut round = Medik8sRound {
@@ -103,14 +104,30 @@ impl StatusReporter {
                 }
                 Pace::Write => {}
             }
-            let body = medik8s::apply_body(name, &status, &now_time());
             // Based on the object as last seen, so a late write of an old
             // status cannot land over a newer one.
             let rv = super::apply::rv_of(obj);
             let object_path = format!("{}/{name}", medik8s::PATH);
-            let outcome = self
-                .write(medik8s::PATH, name, Some(&object_path), &body, rv)
-                .await;
+            let mut outcome = super::apply::Applied::Failed;
+            for _ in 0..2 {
+                let body = medik8s::apply_body(name, &status, &now_time(), *refs);
+                outcome = self
+                    .write(medik8s::PATH, name, Some(&object_path), &body, rv)
+                    .await;
+                match &outcome {
+                    // An older medik8s CRD: its status has no
+                    // pendingPodsRefs. Said once, and left out from now on.
+                    super::apply::Applied::Undeclared(why)
+                        if *refs && why.contains("pendingPodsRefs") =>
+                    {
+                        tracing::info!(
+                            "medik8s' NodeMaintenance CRD has no status.pendingPodsRefs (an older node-maintenance-operator); writing pendingPods only"
+                        );
+                        *refs = false;
+                    }
+                    _ => break,
+                }
+            }
             if matches!(outcome, super::apply::Applied::Written(_)) {
                 let status = status.clone();
                 written.insert(key, Written { status, at: now });
@@ -134,6 +151,7 @@ mod tests {
             total_pods: 10,
             eviction_pods: 8,
             pending_pods: vec![],
+            pending_pods_refs: vec![],
             last_error: None,
         }
     }

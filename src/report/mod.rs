@@ -106,6 +106,8 @@ impl StatusReporter {
         let mut lock = self.inhibitor.clone();
         let mut written = WrittenDrain::default();
         let mut written_medik8s = BTreeMap::new();
+        // Until medik8s' CRD is found not to have `pendingPodsRefs`.
+        let mut medik8s_refs = true;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut dirty = true;
@@ -122,7 +124,7 @@ impl StatusReporter {
                     let now = tokio::time::Instant::now();
                     if dirty && pace.ready(now) {
                         let drain_ok = self.write_node_drain(&mut written).await;
-                        let medik8s = self.write_medik8s(&mut written_medik8s, now).await;
+                        let medik8s = self.write_medik8s(&mut written_medik8s, &mut medik8s_refs, now).await;
                         let node_ok = self.write_condition(&mut condition).await;
                         let ok = drain_ok && medik8s.ok && node_ok;
                         // Progress held back for its turn keeps the round
@@ -215,7 +217,7 @@ impl StatusReporter {
                 *written = WrittenDrain::default();
                 false
             }
-            Applied::Stale | Applied::Failed => {
+            Applied::Stale | Applied::Failed | Applied::Undeclared(_) => {
                 // Not known what is there now: the next write goes out
                 // whatever the status, based on the version then read.
                 written.status = None;

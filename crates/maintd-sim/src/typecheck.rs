@@ -173,7 +173,7 @@ pub fn on_patched(def: &ResourceDef, patched: &Value) -> Result<(), ApiError> {
 /// upstream's field manager fails to type the patch before it looks at
 /// ownership, and that error reaches the client as a 500.
 pub fn on_apply(def: &ResourceDef, ns: &str, name: &str, patch: &Value) -> Result<(), ApiError> {
-    check(def, patch).map_err(|m| {
+    let refused = |why: String| {
         let gv = def.api_version(def.preferred_version());
         let gv = if def.group.is_empty() {
             format!("/{gv}")
@@ -181,11 +181,15 @@ pub fn on_apply(def: &ResourceDef, ns: &str, name: &str, patch: &Value) -> Resul
             gv
         };
         ApiError::internal(format!(
-            "failed to create typed patch object ({ns}/{name}; {gv}, Kind={}): {}",
+            "failed to create typed patch object ({ns}/{name}; {gv}, Kind={}): {why}",
             def.kind,
-            m.apply_message()
         ))
-    })
+    };
+    // A custom resource's apply names only fields its CRD declares.
+    if let Some(field) = def.list_schema.undeclared(patch) {
+        return Err(refused(format!("{field}: field not declared in schema")));
+    }
+    check(def, patch).map_err(|m| refused(m.apply_message()))
 }
 
 /// The body of a `pods/eviction` request, decoded as an Eviction (400 if

@@ -25,6 +25,9 @@ pub enum ListKind {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListSchema {
     lists: Vec<(Vec<String>, ListKind)>,
+    /// A CRD's `openAPIV3Schema`, for the fields it declares (None for
+    /// built-in kinds, checked by their types instead).
+    declared: Option<Value>,
 }
 
 /// Pod spec lists, relative to a pod spec (`spec` of a Pod,
@@ -104,7 +107,51 @@ impl ListSchema {
         let root = schema.get("openAPIV3Schema").unwrap_or(schema);
         let mut out = ListSchema::default().with_metadata();
         walk_openapi(root, &mut Vec::new(), &mut out);
+        out.declared = Some(root.clone());
         out
+    }
+
+    /// The first field of `obj` a CRD's schema does not declare, as the API
+    /// server's server-side apply names it (`.status.pendingPodsRefs`):
+    /// an apply of it is refused ("field not declared in schema"). Fields
+    /// under `x-kubernetes-preserve-unknown-fields`, a map's values
+    /// (`additionalProperties`) and objects without declared properties
+    /// are not checked; neither is the root's apiVersion, kind, metadata.
+    pub fn undeclared(&self, obj: &Value) -> Option<String> {
+        fn walk(schema: &Value, obj: &Value, path: &str, root: bool) -> Option<String> {
+            if schema["x-kubernetes-preserve-unknown-fields"] == true {
+                return None;
+            }
+            match obj {
+                Value::Object(map) => {
+                    let props = schema["properties"].as_object();
+                    let values = schema.get("additionalProperties").filter(|a| a.is_object());
+                    for (key, value) in map {
+                        if root && matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
+                            continue;
+                        }
+                        let inner = format!("{path}.{key}");
+                        let found = match (props, values) {
+                            (Some(props), _) => match props.get(key) {
+                                Some(s) => walk(s, value, &inner, false),
+                                None => Some(inner),
+                            },
+                            (None, Some(s)) => walk(s, value, &inner, false),
+                            (None, None) => None,
+                        };
+                        if found.is_some() {
+                            return found;
+                        }
+                    }
+                    None
+                }
+                Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
+                    walk(&schema["items"], item, &format!("{path}[{i}]"), false)
+                }),
+                _ => None,
+            }
+        }
+        walk(self.declared.as_ref()?, obj, "", true)
     }
 
     /// This schema with `path` merging as `kind` (replacing an earlier entry).

@@ -118,3 +118,40 @@ fn from_openapi_v3_reads_list_types_of_a_crd_schema() {
         schema
     );
 }
+
+#[test]
+fn an_apply_names_only_fields_the_crd_declares() {
+    let schema = ListSchema::from_openapi_v3(&json!({"openAPIV3Schema": {
+        "type": "object",
+        "properties": {
+            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            "status": {"type": "object", "properties": {
+                "phase": {"type": "string"},
+                "pods": {"type": "array", "items": {"type": "object", "properties": {"name": {"type": "string"}}}},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            }},
+        },
+    }}));
+    let ok = json!({
+        "apiVersion": "x/v1", "kind": "X", "metadata": {"name": "a", "labels": {"k": "v"}},
+        "spec": {"anything": {"goes": 1}},
+        "status": {"phase": "Running", "pods": [{"name": "p"}], "labels": {"free": "form"}},
+    });
+    assert_eq!(schema.undeclared(&ok), None);
+    let cases = [
+        (
+            json!({"status": {"pendingPodsRefs": []}}),
+            ".status.pendingPodsRefs",
+        ),
+        (
+            json!({"status": {"pods": [{"name": "p"}, {"uid": "u"}]}}),
+            ".status.pods[1].uid",
+        ),
+        (json!({"extra": 1}), ".extra"),
+    ];
+    for (obj, field) in cases {
+        assert_eq!(schema.undeclared(&obj).as_deref(), Some(field), "{obj}");
+    }
+    // Built-in kinds are checked by their types, not here.
+    assert_eq!(ListSchema::default().undeclared(&json!({"extra": 1})), None);
+}
