@@ -165,25 +165,7 @@ fn the_dashboard_has_a_fleet_and_a_node_view_and_every_panel_asks_the_chosen_pro
 
 #[test]
 fn every_metric_and_label_the_panels_read_is_one_the_agent_exports_or_a_rule_records() {
-    let metrics = maintd::metrics::Metrics::new();
-    // These families have no series, and so no lines at all, until the
-    // agent has a drain plan or an open connection.
-    metrics
-        .pods_remaining
-        .get_or_create(&vec![("stage".into(), "1".into())])
-        .set(1);
-    metrics
-        .http_connections
-        .get_or_create(&vec![("listener".into(), "readonly".into())])
-        .set(1);
-    metrics
-        .pods_blocked
-        .get_or_create(&vec![
-            ("namespace".into(), "shop".into()),
-            ("budget".into(), "web".into()),
-        ])
-        .set(1);
-    let exported = metrics.encode();
+    let exported = common::exported_metrics();
     let recorded: BTreeSet<String> = rule_file()["groups"]
         .as_array()
         .unwrap()

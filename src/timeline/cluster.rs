@@ -59,23 +59,13 @@ pub async fn node_events(client: &kube::Client, node: &str) -> Result<Vec<Value>
                 .cloned(),
         );
         match list["metadata"]["continue"].as_str() {
-            Some(c) if !c.is_empty() => cont = format!("&continue={}", escape(c)),
+            Some(c) if !c.is_empty() => {
+                cont = format!("&continue={}", crate::outbound::url::encode(c))
+            }
             _ => break,
         }
     }
     Ok(items)
-}
-
-/// `text` fit for a query string.
-fn escape(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// The drain events `items` (Events as the API serves them) tell, in time
@@ -288,6 +278,6 @@ mod tests {
 
     #[test]
     fn a_continue_token_is_escaped() {
-        assert_eq!(escape("eyJ2+/=a"), "eyJ2%2B%2F%3Da");
+        assert_eq!(crate::outbound::url::encode("eyJ2+/=a"), "eyJ2%2B%2F%3Da");
     }
 }

@@ -399,6 +399,29 @@ pub fn kustomize_with_component(component: &str) -> Vec<Value> {
         .collect()
 }
 
+/// What the agent's metrics endpoint exports, with one series in each
+/// family that has none until the agent has a plan, an open connection or
+/// a refused pod (such a family shows no line at all before).
+pub fn exported_metrics() -> String {
+    let metrics = maintd::metrics::Metrics::new();
+    metrics
+        .pods_remaining
+        .get_or_create(&vec![("stage".into(), "1".into())])
+        .set(1);
+    metrics
+        .http_connections
+        .get_or_create(&vec![("listener".into(), "readonly".into())])
+        .set(1);
+    metrics
+        .pods_blocked
+        .get_or_create(&vec![
+            ("namespace".into(), "shop".into()),
+            ("budget".into(), "web".into()),
+        ])
+        .set(1);
+    metrics.encode()
+}
+
 /// maintd's CRDs (NodeMaintenance, NodeDrain), as `deploy/` installs them:
 /// without the NodeDrain's, the agent's status writes fail and back off.
 pub async fn install_crds(client: &kube::Client) {
