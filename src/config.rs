@@ -83,6 +83,12 @@ pub struct AgentArgs {
     /// status. Do not run medik8s' own operator on the same objects.
     #[arg(long, env = "MAINTD_MEDIK8S", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub medik8s: bool,
+    /// Ask pods that declare eviction responders of their own (KEP-4563,
+    /// such as KubeVirt's live migration) to leave with an EvictionRequest
+    /// when the API server serves lifecycle.k8s.io/v1alpha1 (auto), or
+    /// always use the Eviction API (off).
+    #[arg(long, env = "MAINTD_EVICTION_REQUESTS", value_enum, default_value_t = crate::drain::eviction_requests::Mode::Auto)]
+    pub eviction_requests: crate::drain::eviction_requests::Mode,
     /// The D-Bus address of logind's bus; default: the system bus
     /// (DBUS_SYSTEM_BUS_ADDRESS, or /run/dbus/system_bus_socket).
     #[arg(long, env = "MAINTD_LOGIND_BUS")]
@@ -145,6 +151,8 @@ pub struct Config {
     pub reboot_slots: u32,
     /// Act on medik8s' NodeMaintenance objects too.
     pub medik8s: bool,
+    /// Whether pods with responders of their own leave by EvictionRequest.
+    pub eviction_requests: crate::drain::eviction_requests::Mode,
     /// The node helper that holds the lock and the manifests (None: the
     /// agent itself).
     pub node_helper: Option<PathBuf>,
@@ -346,6 +354,7 @@ impl AgentArgs {
             policy,
             api,
             medik8s: self.medik8s,
+            eviction_requests: self.eviction_requests,
             node_helper: self.node_helper.filter(|p| !p.as_os_str().is_empty()),
             reboot_slots: self.reboot_slots,
             shutdown,
@@ -386,6 +395,7 @@ impl Config {
             shutdown: None,
             reboot_slots: 1,
             medik8s: false,
+            eviction_requests: Default::default(),
             node_helper: None,
             api: ApiSettings::default(),
             policy: crate::policy::Policy::default(),

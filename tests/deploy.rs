@@ -111,6 +111,13 @@ const AGENT_CALLS: &[(&str, &str, &str, Option<&str>)] = &[
     ("", "nodes", "watch", None),
     ("", "nodes", "patch", None),
     ("", "nodes/status", "patch", None),
+    // KEP-4563 EvictionRequests (src/drain/eviction_requests.rs).
+    ("lifecycle.k8s.io", "evictionrequests", "get", None),
+    ("lifecycle.k8s.io", "evictionrequests", "list", None),
+    ("lifecycle.k8s.io", "evictionrequests", "create", None),
+    ("lifecycle.k8s.io", "evictionrequests", "patch", None),
+    ("lifecycle.k8s.io", "evictionrequests", "delete", None),
+    ("lifecycle.k8s.io", "evictions", "list", None),
     ("policy", "poddisruptionbudgets", "list", None),
     ("policy", "poddisruptionbudgets", "watch", None),
     ("maintd.io", "nodemaintenances", "get", None),

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cluster::{ClusterOps, TaintSpec};
 use crate::config::Config;
 use crate::drain::budget_watches::BudgetWatches;
+use crate::drain::eviction_requests::EvictionRequests;
 use crate::drain::executor::{DrainOptions, Drainer};
 use crate::drain::plan::PlanOptions;
 use crate::drain::progress::{EventKind, Progress};
@@ -61,6 +62,8 @@ impl Agent {
         let guard = watch_guard(&config, &health);
         let budgets = BudgetWatches::new(client.clone(), guard);
         let node = Index::new();
+        let requests =
+            EvictionRequests::new(client.clone(), &config.node, config.eviction_requests);
         let ops = ClusterOps::new(client, &config.node).with_view(node.clone());
         let mut stash = StaticPodStash::new(
             config.static_pods.dir.clone(),
@@ -78,6 +81,7 @@ impl Agent {
                 progress,
                 taint: TaintSpec::draining(),
                 memory: Default::default(),
+                requests,
             },
             node,
             local: LocalRequests::new(),

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::budget_watches::BudgetWatches;
+use super::eviction_requests::EvictionRequests;
 use super::plan::{self, DrainPlan, PlanEntry, PlanOptions, PodInfo};
 use super::progress::{Blocker, EventKind, Phase, PodState, Progress, StageState, StageStatus};
 use super::static_pods::StaticPodStash;
@@ -23,11 +24,16 @@ use crate::cluster::{ClusterOps, TaintSpec};
 use crate::index::{Backoff, Index};
 
 mod evict;
+mod request;
 mod stage;
 mod statics;
 pub(crate) use evict::blocking_budget;
 pub(crate) use statics::is_manifest_of;
 mod undo;
+
+/// How long a drain waits to learn whether EvictionRequests are served.
+const DISCOVERY: Duration = Duration::from_secs(10);
+const DISCOVERY_UNDER_DEADLINE: Duration = Duration::from_secs(1);
 
 /// What to do when a stage's time is up and pods remain.
 #[derive(
@@ -99,6 +105,8 @@ pub struct Drainer {
     pub taint: TaintSpec,
     /// What the drain has learned so far; outlives one run of the plan.
     pub memory: DrainMemory,
+    /// KEP-4563's EvictionRequests, for pods with responders of their own.
+    pub requests: EvictionRequests,
 }
 
 /// What a drain has learned (each pod's state and blocker, the stages done,
@@ -204,6 +212,19 @@ impl Drainer {
         p.emit(ev);
         if !self.mark_node(&opts, &cancel).await || !opts.evict {
             return;
+        }
+        // Whether the API server serves EvictionRequests, asked as each
+        // drain starts, so a feature gate turned on or off is seen by the
+        // next drain. Bounded tighter under a deadline: an unanswered
+        // question keeps what was known and the Eviction API is used.
+        let bound = if opts.deadline.is_some() {
+            DISCOVERY_UNDER_DEADLINE
+        } else {
+            DISCOVERY
+        };
+        tokio::select! {
+            _ = tokio::time::timeout(bound, self.requests.discover()) => {}
+            _ = cancel.cancelled() => return,
         }
         // Until the node's pods have been listed, an empty plan would only
         // mean "not known yet", not "drained".

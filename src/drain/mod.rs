@@ -14,6 +14,7 @@ pub mod plan;
 // The engine's I/O side: running the plan, the static pod stash, and what a
 // drain reports as it goes.
 pub mod budget_watches;
+pub mod eviction_requests;
 pub mod executor;
 pub mod progress;
 pub mod static_path;

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Drainer;
+use super::request::Requested;
 use crate::cluster::EvictionOutcome;
 use crate::drain::budget_watches::BudgetHold;
 use crate::drain::plan::{PlannedPod, PodAction, PodInfo, PodType};
@@ -66,6 +67,53 @@ impl Drainer {
                 return;
             }
         } else {
+            let own = self
+                .pods
+                .get(&pod.uid)
+                .and_then(|o| self.requests.responders_for(&o));
+            let requested = match own {
+                Some(responders) => {
+                    self.request_eviction(number, &pod, &responders, &cancel, &stop_evicting)
+                        .await
+                }
+                None => Requested::Evict,
+            };
+            match requested {
+                Requested::Cancelled => return,
+                Requested::Going => {}
+                Requested::Evict => {
+                    self.evict_pod(number, &pod, &sem, &cancel, &stop_evicting)
+                        .await;
+                    if cancel.is_cancelled() {
+                        return;
+                    }
+                }
+            }
+        }
+        if !self.wait_gone(&pod, started, &cancel).await {
+            return;
+        }
+        self.set_pod(&pod.uid, PodState::Gone, None);
+        self.refresh_blockers();
+        p.emit(event(EventKind::PodGone, String::new()));
+    }
+
+    /// Evicts the pod through the Eviction API until it is on its way out,
+    /// retrying refusals: a budget's when its watch says it allows a
+    /// disruption (or a backstop), anything else with a capped backoff.
+    /// Returns when the pod is going, when `stop_evicting` ends the
+    /// evictions, or when `cancel` ends the drain (the caller checks).
+    async fn evict_pod(
+        &self,
+        number: usize,
+        pod: &PlannedPod,
+        sem: &Semaphore,
+        cancel: &CancellationToken,
+        stop_evicting: &CancellationToken,
+    ) {
+        let p = &self.progress;
+        let event = |kind: EventKind, message: String| pod_event(p, number, pod, kind, message);
+        {
             let mut backoff = Backoff::with(250, 3_000);
             let mut last_blocker: Option<String> = None;
             // The budget watch this pod holds while a budget blocks it; it
@@ -162,12 +210,6 @@ impl Drainer {
                 }
             }
         }
-        if !self.wait_gone(&pod, started, &cancel).await {
-            return;
-        }
-        self.set_pod(&pod.uid, PodState::Gone, None);
-        self.refresh_blockers();
-        p.emit(event(EventKind::PodGone, String::new()));
     }
 
     /// A `wait-completed` pod: named as what the stage waits for until it
@@ -315,7 +357,7 @@ pub(super) fn finalizers_note(obj: &Value) -> String {
     }
 }
 
-fn pod_event(
+pub(super) fn pod_event(
     p: &crate::drain::progress::Progress,
     number: usize,
     pod: &PlannedPod,

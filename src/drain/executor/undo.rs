@@ -33,6 +33,17 @@ impl Drainer {
             }
             Err(e) => errors.push(e.to_string()),
         }
+        // Requests of pods still here are withdrawn (and deleted once
+        // final): their responders stop, as kubectl uncordon stops nothing.
+        match self.requests.withdraw_all().await {
+            Ok(0) => {}
+            Ok(n) => {
+                let mut ev = p.event(EventKind::NodeUnmarked);
+                ev.message = format!("withdrew {n} EvictionRequests");
+                p.emit(ev);
+            }
+            Err(e) => errors.push(e),
+        }
         if let Some(stash) = &self.stash {
             match stash.restore() {
                 Ok(report) => {

@@ -1,0 +1,302 @@
+//! The drain as a KEP-4563 requester, run with the rights deploy/ gives
+//! the agent: where the API server serves EvictionRequests, a pod with a
+//! responder of its own (a KubeVirt-like live migration) leaves through an
+//! EvictionRequest and the drain names the responder while it works; where
+//! the API is not served, or the operator turned it off, the same pod goes
+//! through the Eviction API; an undo withdraws the request and the pod
+//! stays.
+
+mod common;
+#[path = "sim_eviction_requests/support.rs"]
+#[allow(dead_code)]
+mod support;
+
+use common::agent::RunningAgent;
+use common::kubectl::Kubectl;
+use common::*;
+use maintd::config::Config;
+use maintd::drain::eviction_requests::{Mode, REQUESTER};
+use maintd::drain::progress::{EventKind, PodState};
+use maintd_sim::lifecycle::LIVE_MIGRATION;
+use maintd_sim::{SimCluster, SimConfig};
+use serde_json::json;
+use support::{migrating, pod_exists, running_pod};
+
+async fn cluster(served: bool) -> SimCluster {
+    let sim = sim_with(SimConfig {
+        eviction_requests: served,
+        disruption_lag: std::time::Duration::ZERO,
+        ..SimConfig::default()
+    })
+    .await;
+    create_node(&sim.client(), "node-a").await;
+    create_node(&sim.client(), "node-b").await;
+    install_crds(&sim.client()).await;
+    sim
+}
+
+fn agent(sim: &SimCluster, mode: Mode) -> RunningAgent {
+    let mut config = Config::for_node("node-a", "/nonexistent/manifests".into());
+    config.eviction_requests = mode;
+    RunningAgent::start_with(config, maintd::testbed::agent_client(sim, "node-a"))
+}
+
+/// Pods of node-a the API was asked to evict (policy/v1), by name.
+fn evicted(sim: &SimCluster) -> Vec<String> {
+    sim.state
+        .audit
+        .entries()
+        .into_iter()
+        .filter(|e| e.verb == "evict" && e.code < 300)
+        .map(|e| e.name)
+        .collect()
+}
+
+/// What the agent did to EvictionRequests: (verb, name), in order.
+fn request_writes(sim: &SimCluster) -> Vec<(String, String)> {
+    sim.state
+        .audit
+        .entries()
+        .into_iter()
+        .filter(|e| {
+            e.resource == "evictionrequests.lifecycle.k8s.io" && e.user_agent.contains("maintd")
+        })
+        .map(|e| (e.verb, e.name))
+        .collect()
+}
+
+fn blocker_of(agent: &RunningAgent, pod: &str) -> Option<String> {
+    agent
+        .progress
+        .status()
+        .blockers
+        .into_iter()
+        .find(|b| b.pod == pod)
+        .map(|b| b.reason)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_with_a_slow_responder_leaves_through_its_eviction_request_which_the_drain_names() {
+    let sim = cluster(true).await;
+    let vm = running_pod(&sim, "vm-1", migrating("3")).await;
+    running_pod(&sim, "web-1", json!({})).await;
+    let k = Kubectl::new(&sim);
+    let agent = agent(&sim, Mode::Auto);
+    taint(&sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
+
+    // While the migration runs, the drain says who it waits for and how
+    // far it is, and the request is there for anyone to read.
+    let agent_ref = &agent;
+    eventually("the drain names the live migration", || async move {
+        blocker_of(agent_ref, "vm-1")
+            .is_some_and(|r| r.contains(LIVE_MIGRATION) && r.contains("expected done by"))
+    })
+    .await;
+    let name = format!("maintd-{vm}");
+    let request = k
+        .json(&[
+            "get",
+            "evictionrequests.lifecycle.k8s.io",
+            &name,
+            "-n",
+            "default",
+        ])
+        .await;
+    assert_eq!(request["spec"]["requesterName"], REQUESTER, "{request}");
+    assert_eq!(request["spec"]["intent"], "Eviction");
+    assert_eq!(request["spec"]["target"]["pod"]["uid"], vm.as_str());
+    assert_eq!(request["metadata"]["labels"]["maintd.io/node"], "node-a");
+    let status = serde_json::to_value(agent.progress.status()).unwrap();
+    assert!(
+        status.to_string().contains(LIVE_MIGRATION),
+        "the NodeDrain's status names the responder: {status}"
+    );
+
+    agent.wait_event(EventKind::DrainCompleted).await;
+    assert!(!pod_exists(&sim, "vm-1").await);
+    let asked = evicted(&sim);
+    assert!(asked.contains(&"web-1".to_string()), "{asked:?}");
+    assert!(
+        !asked.contains(&"vm-1".to_string()),
+        "the live-migrated pod is never also evicted through the Eviction API: {asked:?}"
+    );
+    let evicting = agent
+        .events()
+        .into_iter()
+        .find(|e| e.event == EventKind::PodEvicting && e.pod.as_deref() == Some("vm-1"))
+        .unwrap();
+    assert!(evicting.message.contains(&name), "{}", evicting.message);
+    // Once final, the request is deleted, as the KEP asks of a requester.
+    let k_ref = &k;
+    eventually("the request is deleted", || async move {
+        let (ok, out, _) = k_ref
+            .run(&[
+                "get",
+                "evictionrequests.lifecycle.k8s.io",
+                "-A",
+                "-o",
+                "name",
+            ])
+            .await;
+        ok && out.trim().is_empty()
+    })
+    .await;
+    assert_eq!(
+        request_writes(&sim),
+        [
+            ("create".to_string(), name.clone()),
+            ("delete".to_string(), name)
+        ]
+    );
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_api_or_with_it_turned_off_the_same_pod_goes_through_the_eviction_api() {
+    for (served, mode) in [(false, Mode::Auto), (true, Mode::Off)] {
+        let sim = cluster(served).await;
+        running_pod(&sim, "vm-1", migrating("600")).await;
+        let agent = agent(&sim, mode);
+        taint(&sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
+        agent.wait_event(EventKind::DrainCompleted).await;
+        assert!(
+            evicted(&sim).contains(&"vm-1".to_string()),
+            "served {served}, {mode:?}: {:?}",
+            evicted(&sim)
+        );
+        assert!(request_writes(&sim).is_empty(), "served {served}, {mode:?}");
+        let user = "system:serviceaccount:maintd:maintd";
+        let asked_for_requests = sim
+            .state
+            .audit
+            .authorizations()
+            .into_iter()
+            .any(|a| a.user == user && a.resource == "evictionrequests");
+        assert!(!asked_for_requests, "served {served}, {mode:?}");
+        agent.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undo_withdraws_the_request_and_the_pod_stays() {
+    let sim = cluster(true).await;
+    let vm = running_pod(&sim, "vm-1", migrating("600")).await;
+    let agent = agent(&sim, Mode::Auto);
+    taint(&sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
+    let agent_ref = &agent;
+    eventually("the live migration runs", || async move {
+        blocker_of(agent_ref, "vm-1").is_some_and(|r| r.contains(LIVE_MIGRATION))
+    })
+    .await;
+    let state = agent
+        .progress
+        .status()
+        .stages
+        .iter()
+        .flat_map(|s| s.pods.clone())
+        .find(|p| p.name == "vm-1")
+        .map(|p| p.state);
+    assert_eq!(state, Some(PodState::Blocked));
+
+    taint(&sim.client(), "node-a", "maintd.io/drain", None).await;
+    agent.wait_event(EventKind::UndoCompleted).await;
+    let name = format!("maintd-{vm}");
+    let sim_ref = &sim;
+    eventually("the request is withdrawn, then deleted", || async move {
+        request_writes(sim_ref)
+            .iter()
+            .any(|(verb, _)| verb == "delete")
+    })
+    .await;
+    assert_eq!(
+        request_writes(&sim),
+        [
+            ("create".to_string(), name.clone()),
+            ("patch".to_string(), name.clone()),
+            ("delete".to_string(), name)
+        ],
+        "withdrawn (intent Withdrawn) before it is deleted"
+    );
+    assert!(
+        pod_exists(&sim, "vm-1").await,
+        "the migration was cancelled"
+    );
+    assert!(!is_cordoned(&sim.client(), "node-a").await);
+    assert!(evicted(&sim).is_empty());
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reboot_escalates_past_a_slow_responder_as_it_escalates_past_a_budget() {
+    use maintd::config::ShutdownSettings;
+    use maintd_sim::dbus::PrivateBus;
+    use maintd_sim::logind::{SimLogind, SimLogindConfig};
+    use std::time::Duration;
+
+    let bus = PrivateBus::start().expect("dbus-daemon starts (CI installs the dbus package)");
+    let budget = Duration::from_secs(6);
+    let logind = SimLogind::start(
+        &bus.address,
+        SimLogindConfig {
+            inhibit_delay_max: budget,
+        },
+    )
+    .await
+    .unwrap();
+    let sim = cluster(true).await;
+    let vm = running_pod(&sim, "vm-1", migrating("600")).await;
+    let mut config = Config::for_node("node-a", "/nonexistent/manifests".into());
+    config.shutdown = Some(ShutdownSettings {
+        sleep: false,
+        margin: Duration::from_secs(1),
+        bus: Some(bus.address.clone()),
+    });
+    let agent = RunningAgent::start_with(config, maintd::testbed::agent_client(&sim, "node-a"));
+    let l = &logind;
+    eventually("maintd holds its lock", || async move {
+        l.inhibitors().iter().any(|i| i.who == "maintd")
+    })
+    .await;
+
+    logind.reboot().await;
+    let record = tokio::time::timeout(Duration::from_secs(30), logind.wait_for_shutdowns(1))
+        .await
+        .expect("the reboot proceeds")[0]
+        .clone();
+    assert!(
+        !record.timed_out,
+        "released before logind's limit: {record:?}"
+    );
+    agent.wait_event(EventKind::ShutdownReleased).await;
+    let events = agent.events();
+    let of_vm = |kind: EventKind| {
+        events
+            .iter()
+            .position(|e| e.event == kind && e.pod.as_deref() == Some("vm-1"))
+    };
+    let asked = of_vm(EventKind::PodEvicting).expect("asked through its request");
+    let escalated = of_vm(EventKind::StageEscalated).expect("deleted when its share ran out");
+    assert!(asked < escalated);
+    assert!(!pod_exists(&sim, "vm-1").await);
+    assert!(
+        !evicted(&sim).contains(&"vm-1".to_string()),
+        "deleted, never also evicted"
+    );
+    let name = format!("maintd-{vm}");
+    let sim_ref = &sim;
+    eventually("the request is given up", || async move {
+        request_writes(sim_ref)
+            .iter()
+            .any(|(verb, _)| verb == "delete")
+    })
+    .await;
+    assert_eq!(
+        request_writes(&sim),
+        [
+            ("create".to_string(), name.clone()),
+            ("patch".to_string(), name.clone()),
+            ("delete".to_string(), name)
+        ]
+    );
+    agent.stop().await;
+}
