@@ -590,6 +590,10 @@ async fn sleep_or_stop(d: Duration, stop: &CancellationToken) -> bool {
 }
 
 /// Exponential backoff with jitter, capped.
+///
+/// Not backon (in Cargo.lock only for kube-runtime, which the agent does
+/// not build): its jitter only adds, up to +100 %, where this spreads ±25 %
+/// around the delay, and its backoff cannot be reset, only rebuilt.
 #[derive(Debug, Clone)]
 pub struct Backoff {
     next_ms: u64,

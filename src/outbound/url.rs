@@ -1,6 +1,8 @@
 //! The `--prometheus-url` an operator gives, read once: where requests go,
 //! which credentials they carry, and how the URL is shown without them.
 
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
+
 /// A Prometheus base URL, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BaseUrl {
@@ -75,43 +77,24 @@ pub(crate) fn redact(raw: &str) -> String {
     }
 }
 
+/// What `encode` escapes: everything but RFC 3986's unreserved characters.
+const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// Percent-encodes a query parameter value (everything but RFC 3986's
 /// unreserved characters), so any PromQL survives the trip.
 pub(crate) fn encode(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() * 3);
-    for b in value.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(value, QUERY_VALUE).to_string()
 }
 
 /// Decodes `%XX` escapes; None when the result is not UTF-8. A `%` not
 /// followed by two hex digits stays as it is, as browsers do.
 fn decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            // from_str_radix alone would take a sign ("%+1").
-            .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
+    percent_decode_str(text)
+        .decode_utf8()
+        .ok()
+        .map(|text| text.into_owned())
 }

@@ -1,7 +1,8 @@
 //! Label selectors written as kubectl takes them (`-l`): `app=db`,
 //! `tier!=cache`, `env in (prod,staging)`, `env notin (dev)`, `backup`,
 //! `!canary`, comma-separated. Parsed into a `LabelSelector`, so matching
-//! is the drain plan's own (`selector_matches`).
+//! is the drain plan's own (`selector_matches`). Parsed here because
+//! kube-core has no parser for this syntax: its `Selector` only prints it.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 

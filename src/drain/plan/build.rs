@@ -283,6 +283,8 @@ fn stage_label(pod_type: PodType, priority: i32, selector: Option<&LabelSelector
 }
 
 /// A selector in kubectl's string syntax; an empty one reads "all labels".
+/// Not kube's `Selector` display: that sorts and dedups a set's values,
+/// and the label should show them as the plan wrote them.
 fn selector_text(sel: &LabelSelector) -> String {
     let mut parts: Vec<String> = sel
         .match_labels

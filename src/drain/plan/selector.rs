@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use kube::core::{Expression, Selector, SelectorExt};
 
 use super::PlanError;
 use super::pod::Toleration;
@@ -40,35 +41,44 @@ pub enum SelectorError {
 
 /// Checks a selector the way the API server validates one.
 pub(crate) fn validate_selector(sel: &LabelSelector) -> Result<(), SelectorError> {
-    if sel
-        .match_labels
-        .as_ref()
-        .is_some_and(|m| m.contains_key(""))
-    {
+    to_selector(sel).map(drop)
+}
+
+/// The selector as kube's `Selector`, which does the matching, or what the
+/// API server would reject in it. Not kube's own conversion (`TryFrom`): it
+/// takes an empty `In` set, values on `Exists` and empty keys, and its error
+/// names neither the requirement nor the fix.
+fn to_selector(sel: &LabelSelector) -> Result<Selector, SelectorError> {
+    let labels = sel.match_labels.clone().unwrap_or_default();
+    if labels.contains_key("") {
         return Err(SelectorError::EmptyLabelKey);
     }
+    let mut selector = Selector::from_iter(labels);
     for (index, req) in expressions(sel).iter().enumerate() {
-        let has_values = req.values.as_ref().is_some_and(|v| !v.is_empty());
+        let values = req.values.as_deref().filter(|v| !v.is_empty());
         let (key, operator) = (req.key.clone(), req.operator.clone());
         if req.key.is_empty() {
             return Err(SelectorError::EmptyExpressionKey { index });
         }
-        match req.operator.as_str() {
-            "In" | "NotIn" if !has_values => {
+        let expression = match (req.operator.as_str(), values) {
+            ("In", Some(v)) => Expression::In(key, v.iter().cloned().collect()),
+            ("NotIn", Some(v)) => Expression::NotIn(key, v.iter().cloned().collect()),
+            ("Exists", None) => Expression::Exists(key),
+            ("DoesNotExist", None) => Expression::DoesNotExist(key),
+            ("In" | "NotIn", None) => {
                 return Err(SelectorError::MissingValues {
                     index,
                     key,
                     operator,
                 });
             }
-            "Exists" | "DoesNotExist" if has_values => {
+            ("Exists" | "DoesNotExist", Some(_)) => {
                 return Err(SelectorError::UnexpectedValues {
                     index,
                     key,
                     operator,
                 });
             }
-            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
             _ => {
                 return Err(SelectorError::UnknownOperator {
                     index,
@@ -76,9 +86,10 @@ pub(crate) fn validate_selector(sel: &LabelSelector) -> Result<(), SelectorError
                     operator,
                 });
             }
-        }
+        };
+        selector.extend(expression);
     }
-    Ok(())
+    Ok(selector)
 }
 
 fn expressions(sel: &LabelSelector) -> &[LabelSelectorRequirement] {
@@ -94,24 +105,7 @@ pub fn selector_matches(
     sel: &LabelSelector,
     labels: &BTreeMap<String, String>,
 ) -> Result<bool, PlanError> {
-    validate_selector(sel)?;
-    let labels_match = sel
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let expressions_match = expressions(sel).iter().all(|req| {
-        let value = labels.get(&req.key);
-        let listed = |v: &String| req.values.iter().flatten().any(|x| x == v);
-        match req.operator.as_str() {
-            "In" => value.is_some_and(listed),
-            // As in Kubernetes: a pod without the label is "not in" the set.
-            "NotIn" => !value.is_some_and(listed),
-            "Exists" => value.is_some(),
-            _ => value.is_none(), // DoesNotExist; others were rejected above
-        }
-    });
-    Ok(labels_match && expressions_match)
+    Ok(to_selector(sel)?.matches(labels))
 }
 
 /// Whether `tol` tolerates a taint `key=value:effect`, exactly as the
