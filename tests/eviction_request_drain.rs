@@ -300,3 +300,62 @@ async fn a_reboot_escalates_past_a_slow_responder_as_it_escalates_past_a_budget(
     );
     agent.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_adopts_its_request_and_a_failed_request_falls_back_to_the_eviction_api()
+{
+    let sim = cluster(true).await;
+    let vm = running_pod(&sim, "vm-1", migrating("3")).await;
+    // A pod of a PodGroup: the eviction request controller refuses it.
+    running_pod(
+        &sim,
+        "grouped-1",
+        json!({"spec": {
+            "evictionResponders": [{"name": LIVE_MIGRATION}],
+            "schedulingGroup": {"podGroupName": "g"},
+        }}),
+    )
+    .await;
+    let first = agent(&sim, Mode::Auto);
+    taint(&sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
+    let first_ref = &first;
+    eventually("the live migration runs", || async move {
+        blocker_of(first_ref, "vm-1").is_some_and(|r| r.contains(LIVE_MIGRATION))
+    })
+    .await;
+    let before = first.events();
+    first.stop().await;
+
+    let second = agent(&sim, Mode::Auto);
+    second.wait_event(EventKind::DrainCompleted).await;
+    // Either agent may have seen the refusal, depending on when the first
+    // one stopped.
+    let failed = before
+        .into_iter()
+        .chain(second.events())
+        .find(|e| e.event == EventKind::PodError && e.pod.as_deref() == Some("grouped-1"))
+        .expect("the refused request is reported");
+    assert!(
+        failed.message.contains("EvictionInvalid") && failed.message.contains("Eviction API"),
+        "{}",
+        failed.message
+    );
+    let asked = evicted(&sim);
+    assert!(asked.contains(&"grouped-1".to_string()), "{asked:?}");
+    assert!(!asked.contains(&"vm-1".to_string()), "{asked:?}");
+    // One request for vm-1 across both agents: the second found the first's.
+    let made: Vec<_> = sim
+        .state
+        .audit
+        .entries()
+        .into_iter()
+        .filter(|e| {
+            e.resource == "evictionrequests.lifecycle.k8s.io"
+                && e.verb == "create"
+                && e.code < 300
+                && e.name == format!("maintd-{vm}")
+        })
+        .collect();
+    assert_eq!(made.len(), 1, "{made:?}");
+    second.stop().await;
+}
