@@ -1,7 +1,8 @@
 //! A simulated Kubernetes cluster: a real HTTP server on loopback speaking
 //! the subset of the Kubernetes API that maintd and kubectl use, with a
 //! simulated kubelet per node and the DaemonSet, ReplicaSet, StatefulSet,
-//! Deployment, node lifecycle and disruption controllers. `kube::Client` and `kubectl` use it unchanged. It is the test
+//! Deployment, node lifecycle, disruption, volume binding and
+//! attach/detach controllers. `kube::Client` and `kubectl` use it unchanged. It is the test
 //! and demo infrastructure of the project; where it differs from a real
 //! cluster, a comment says so.
 
@@ -38,6 +39,7 @@ pub mod table;
 pub mod typecheck;
 pub mod validate;
 pub mod verbs;
+pub mod volumes;
 pub mod watch;
 
 use std::net::SocketAddr;
@@ -83,6 +85,7 @@ impl SimCluster {
         tokio::spawn(server::serve(state.clone(), listener, stop.clone()));
         kubelet::start(state.clone(), stop.clone());
         controllers::start(state.clone(), stop.clone());
+        volumes::start(state.clone(), stop.clone());
         if state.config.eviction_requests {
             lifecycle::start(state.clone(), stop.clone());
         }

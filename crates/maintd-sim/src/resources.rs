@@ -45,6 +45,15 @@ impl Gr {
     pub fn deployments() -> Self {
         Gr::new("apps", "deployments")
     }
+    pub fn pvcs() -> Self {
+        Gr::new("", "persistentvolumeclaims")
+    }
+    pub fn pvs() -> Self {
+        Gr::new("", "persistentvolumes")
+    }
+    pub fn volume_attachments() -> Self {
+        Gr::new(super::volumes::STORAGE_GROUP, "volumeattachments")
+    }
     pub fn crds() -> Self {
         Gr::new("apiextensions.k8s.io", "customresourcedefinitions")
     }
@@ -297,7 +306,7 @@ fn str_list(v: &Value) -> Vec<String> {
 /// The built-in resources of the simulated cluster.
 pub fn builtins() -> Vec<ResourceDef> {
     let d = ResourceDef::builtin;
-    vec![
+    let mut defs = vec![
         d("", "v1", "nodes", "Node", false, true, &["no"]),
         d("", "v1", "pods", "Pod", true, true, &["po"]),
         d("", "v1", "namespaces", "Namespace", false, true, &["ns"]),
@@ -435,5 +444,7 @@ pub fn builtins() -> Vec<ResourceDef> {
             true,
             &["crd", "crds"],
         ),
-    ]
+    ];
+    defs.extend(super::volumes::resources());
+    defs
 }

@@ -1,6 +1,7 @@
 //! Scenarios: YAML files that seed a simulated cluster with Kubernetes
-//! objects (nodes, namespaces, priority classes, DaemonSets, ReplicaSets,
-//! PodDisruptionBudgets, pods) and each node's static pod manifests.
+//! objects of any served kind (nodes, namespaces, priority classes,
+//! DaemonSets, ReplicaSets, PodDisruptionBudgets, PersistentVolumes and
+//! their claims, pods) and each node's static pod manifests.
 //!
 //! ```yaml
 //! objects:

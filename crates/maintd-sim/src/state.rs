@@ -44,6 +44,10 @@ pub struct SimConfig {
     /// How long the simulated live migration responder takes when its pod
     /// does not say (`sim.maintd.io/live-migration-seconds`).
     pub live_migration: Duration,
+    /// How long detaching a CSI volume from a node takes once no pod there
+    /// uses it, unless its PersistentVolume says otherwise
+    /// ([`crate::volumes::DETACH_ANNOTATION`]).
+    pub volume_detach: Duration,
 }
 
 impl Default for SimConfig {
@@ -58,6 +62,7 @@ impl Default for SimConfig {
             disruption_lag: Duration::from_millis(300),
             eviction_requests: false,
             live_migration: Duration::from_secs(5),
+            volume_detach: Duration::from_secs(1),
         }
     }
 }

@@ -9,6 +9,7 @@ use super::meta;
 use super::resources::ResourceDef;
 
 mod builtin;
+mod storage;
 use builtin::{age, builtin_cells, builtin_columns};
 
 /// Objects of one resource as a Table. `full` puts whole objects in the rows

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use k8s_openapi::api::{
-    admissionregistration, apps, coordination, core, events, policy, rbac, scheduling,
+    admissionregistration, apps, coordination, core, events, policy, rbac, scheduling, storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
@@ -116,6 +116,9 @@ pub fn check(def: &ResourceDef, obj: &Value) -> Result<(), Mismatch> {
         ("", "ConfigMap") => decode::<core::v1::ConfigMap>(obj),
         ("", "Secret") => decode::<core::v1::Secret>(obj),
         ("", "Service") => decode::<core::v1::Service>(obj),
+        ("", "PersistentVolume") => decode::<core::v1::PersistentVolume>(obj),
+        ("", "PersistentVolumeClaim") => decode::<core::v1::PersistentVolumeClaim>(obj),
+        ("storage.k8s.io", "VolumeAttachment") => decode::<storage::v1::VolumeAttachment>(obj),
         ("apps", "DaemonSet") => decode::<apps::v1::DaemonSet>(obj),
         ("apps", "ReplicaSet") => decode::<apps::v1::ReplicaSet>(obj),
         ("apps", "Deployment") => decode::<apps::v1::Deployment>(obj),

@@ -48,6 +48,7 @@ pub fn default_new(store: &Store, def: &ResourceDef, obj: &mut Value) {
             }
             obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(meta::name(obj));
         }
+        ("", "PersistentVolume" | "PersistentVolumeClaim") => super::volumes::default_new(def, obj),
         _ => default_workload(def, obj),
     }
 }
@@ -168,6 +169,10 @@ pub fn check(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
             }
         }
         (super::lifecycle::GROUP, _) => super::lifecycle::check(def, obj, &mut causes),
+        ("", "PersistentVolume" | "PersistentVolumeClaim")
+        | (super::volumes::STORAGE_GROUP, "VolumeAttachment") => {
+            super::volumes::check(def, obj, &mut causes)
+        }
         _ => {}
     }
     if causes.is_empty() {

@@ -520,6 +520,7 @@ fn commit(
     }
     validate::check(def, &new)?;
     super::lifecycle::check_update(def, old, &new)?;
+    super::volumes::check_update(def, old, &new)?;
     if op != "Apply" {
         patch::record_update(
             Some(old),

@@ -13,7 +13,7 @@ pub(super) struct Col {
     pub(super) format: &'static str,
 }
 
-const fn col(name: &'static str, priority: i64) -> Col {
+pub(super) const fn col(name: &'static str, priority: i64) -> Col {
     Col {
         name,
         priority,
@@ -22,6 +22,9 @@ const fn col(name: &'static str, priority: i64) -> Col {
 }
 
 pub(super) fn builtin_columns(def: &ResourceDef) -> Vec<Col> {
+    if let Some(cols) = super::storage::columns(&def.group, &def.plural) {
+        return cols;
+    }
     match (def.group.as_str(), def.plural.as_str()) {
         ("", "pods") => vec![
             col("Name", 0),
@@ -127,6 +130,9 @@ pub(super) fn builtin_cells(def: &ResourceDef, o: &Value) -> Vec<Value> {
     let name = json!(meta::name(o));
     let st = &o["status"];
     let sp = &o["spec"];
+    if let Some(cells) = super::storage::cells(&def.group, &def.plural, o) {
+        return cells;
+    }
     match (def.group.as_str(), def.plural.as_str()) {
         ("", "pods") => {
             let total = sp["containers"].as_array().map_or(0, |c| c.len());
