@@ -89,6 +89,12 @@ pub struct AgentArgs {
     /// always use the Eviction API (off).
     #[arg(long, env = "MAINTD_EVICTION_REQUESTS", value_enum, default_value_t = crate::drain::eviction_requests::Mode::Auto)]
     pub eviction_requests: crate::drain::eviction_requests::Mode,
+    /// Once every pod is gone, wait up to this many seconds for the
+    /// volumes the drained pods used to be detached from the node before
+    /// it counts as drained (within a shutdown, no longer than its
+    /// deadline); 0 does not wait.
+    #[arg(long, env = "MAINTD_VOLUME_DETACH_TIMEOUT", default_value_t = 300.0)]
+    pub volume_detach_timeout_seconds: f64,
     /// The D-Bus address of logind's bus; default: the system bus
     /// (DBUS_SYSTEM_BUS_ADDRESS, or /run/dbus/system_bus_socket).
     #[arg(long, env = "MAINTD_LOGIND_BUS")]
@@ -153,6 +159,8 @@ pub struct Config {
     pub medik8s: bool,
     /// Whether pods with responders of their own leave by EvictionRequest.
     pub eviction_requests: crate::drain::eviction_requests::Mode,
+    /// How long a drain waits for its pods' volumes to detach.
+    pub volume_detach_timeout: Duration,
     /// The node helper that holds the lock and the manifests (None: the
     /// agent itself).
     pub node_helper: Option<PathBuf>,
@@ -348,6 +356,15 @@ impl AgentArgs {
                 ),
             });
         }
+        if !(0.0..=3_600.0).contains(&self.volume_detach_timeout_seconds) {
+            return Err(ConfigError::Invalid {
+                name: "--volume-detach-timeout-seconds",
+                why: format!(
+                    "{} is not 0 to 3600 seconds",
+                    self.volume_detach_timeout_seconds
+                ),
+            });
+        }
         Ok(Config {
             notify_blocked_after: Duration::from_secs_f64(self.notify_blocked_after_seconds),
             notify_urls,
@@ -355,6 +372,7 @@ impl AgentArgs {
             api,
             medik8s: self.medik8s,
             eviction_requests: self.eviction_requests,
+            volume_detach_timeout: Duration::from_secs_f64(self.volume_detach_timeout_seconds),
             node_helper: self.node_helper.filter(|p| !p.as_os_str().is_empty()),
             reboot_slots: self.reboot_slots,
             shutdown,
@@ -396,6 +414,7 @@ impl Config {
             reboot_slots: 1,
             medik8s: false,
             eviction_requests: Default::default(),
+            volume_detach_timeout: crate::drain::executor::DEFAULT_VOLUME_DETACH_TIMEOUT,
             node_helper: None,
             api: ApiSettings::default(),
             policy: crate::policy::Policy::default(),

@@ -118,6 +118,10 @@ const AGENT_CALLS: &[(&str, &str, &str, Option<&str>)] = &[
     ("lifecycle.k8s.io", "evictionrequests", "patch", None),
     ("lifecycle.k8s.io", "evictionrequests", "delete", None),
     ("lifecycle.k8s.io", "evictions", "list", None),
+    // Volumes of drained pods, waited for until detached (src/drain/volumes.rs).
+    ("", "persistentvolumeclaims", "get", None),
+    ("", "persistentvolumes", "get", None),
+    ("storage.k8s.io", "volumeattachments", "get", None),
     ("policy", "poddisruptionbudgets", "list", None),
     ("policy", "poddisruptionbudgets", "watch", None),
     ("maintd.io", "nodemaintenances", "get", None),

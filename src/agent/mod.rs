@@ -110,6 +110,7 @@ impl Agent {
             cordon: true,
             evict: desired.evict,
             deadline: desired.deadline,
+            volume_detach_timeout: self.config.volume_detach_timeout,
         }
     }
 

@@ -208,9 +208,15 @@ impl Reconciler {
         if agent.progress().status().phase == crate::drain::progress::Phase::Failed {
             return Some(Instant::now());
         }
-        let plan = agent.drainer.plan(&agent.options(&running.desired));
+        let opts = agent.options(&running.desired);
+        let plan = agent.drainer.plan(&opts);
         let left: Vec<_> = plan.stages.iter().flat_map(|s| &s.pods).collect();
         if left.is_empty() {
+            // The drained pods' volumes detach before the reboot, within
+            // the deadline.
+            if agent.drainer.volumes_pending(&opts) {
+                return None;
+            }
             return Some(Instant::now());
         }
         if left

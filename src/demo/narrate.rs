@@ -162,6 +162,9 @@ impl Narrator {
             | EventKind::StageEscalated
             | EventKind::Warning
             | EventKind::DrainFailed => format!("{t:7.2}s  ! {}", ev.message),
+            EventKind::VolumesDetaching | EventKind::VolumesDetached => {
+                format!("{t:7.2}s  volumes: {}", ev.message)
+            }
             EventKind::DrainCompleted => format!("\n{t:7.2}s  node drained: {}", ev.message),
             EventKind::UndoStarted => format!("{t:7.2}s  maintenance over: undoing"),
             EventKind::DrainWaiting if !ev.message.is_empty() => {

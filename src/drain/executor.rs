@@ -8,7 +8,7 @@
 //! arrive during the drain are drained in their right place, and a restarted
 //! agent resumes where the cluster stands.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use super::eviction_requests::EvictionRequests;
 use super::plan::{self, DrainPlan, PlanEntry, PlanOptions, PodInfo};
 use super::progress::{Blocker, EventKind, Phase, PodState, Progress, StageState, StageStatus};
 use super::static_pods::StaticPodStash;
+use super::volumes;
 use crate::cluster::{ClusterOps, TaintSpec};
 use crate::index::{Backoff, Index};
 
@@ -30,6 +31,10 @@ mod statics;
 pub(crate) use evict::blocking_budget;
 pub(crate) use statics::is_manifest_of;
 mod undo;
+mod volume_wait;
+
+/// How long a drain waits, by default, for its pods' volumes to detach.
+pub const DEFAULT_VOLUME_DETACH_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How long a drain waits to learn whether EvictionRequests are served.
 const DISCOVERY: Duration = Duration::from_secs(10);
@@ -74,6 +79,9 @@ pub struct DrainOptions {
     /// time left; a pod that would not leave within its stage's share is
     /// deleted early enough to still get a grace period (see budget.rs).
     pub deadline: Option<Instant>,
+    /// How long, once every pod is gone, to wait for the drained pods'
+    /// volumes to be detached from the node (zero: not at all).
+    pub volume_detach_timeout: Duration,
 }
 
 impl Default for DrainOptions {
@@ -87,6 +95,7 @@ impl Default for DrainOptions {
             cordon: true,
             evict: true,
             deadline: None,
+            volume_detach_timeout: DEFAULT_VOLUME_DETACH_TIMEOUT,
         }
     }
 }
@@ -132,6 +141,12 @@ struct PodBook {
     deleted: HashSet<String>,
     /// The stages done, as the status showed them when they ended.
     finished: Vec<StageStatus>,
+    /// The claims the drained pods mounted: their volumes are waited for
+    /// once every pod is gone.
+    claims: BTreeSet<volumes::Claim>,
+    /// The wait for those volumes has ended (detached, or its time ran
+    /// out); a pod drained after that starts a new wait.
+    volumes_settled: bool,
 }
 
 impl DrainMemory {
@@ -152,6 +167,17 @@ enum Outcome {
 impl Drainer {
     fn book(&self) -> std::sync::MutexGuard<'_, PodBook> {
         self.memory.lock()
+    }
+
+    /// Whether the drain still waits, or is about to wait, for the
+    /// volumes of its drained pods to detach: a shutdown holds its lock
+    /// until then (within its deadline).
+    pub fn volumes_pending(&self, opts: &DrainOptions) -> bool {
+        if opts.volume_detach_timeout.is_zero() {
+            return false;
+        }
+        let b = self.book();
+        !b.volumes_settled && !volumes::to_wait_for(&b.claims, &self.pods.all()).is_empty()
     }
 
     /// The plan for the pods on the node now.
@@ -233,6 +259,7 @@ impl Drainer {
             _ = cancel.cancelled() => return,
         }
         let mut reported: Option<Outcome> = None;
+        let mut detaching = volume_wait::Waiting::default();
         loop {
             if cancel.is_cancelled() {
                 return;
@@ -256,6 +283,13 @@ impl Drainer {
                 .enumerate()
                 .find(|(_, s)| s.pods.iter().any(|pod| !abandoned.contains_key(&pod.uid)));
             let Some((i, stage)) = next else {
+                if reported.is_none() {
+                    match self.wait_for_volumes(&opts, &cancel, &mut detaching).await {
+                        volume_wait::Ended::Cancelled => return,
+                        volume_wait::Ended::PodsChanged => continue,
+                        volume_wait::Ended::Done => {}
+                    }
+                }
                 let outcome = self.finish(&opts, &abandoned, reported);
                 reported = Some(outcome);
                 // Stay drained: wake on any change of the node's pods.
@@ -266,6 +300,7 @@ impl Drainer {
                 }
             };
             reported = None;
+            detaching = volume_wait::Waiting::default();
             let share = opts.deadline.map(|d| self.stage_share(&plan, i, d));
             let number = finished.len() + i + 1;
             self.run_stage(number, stage, &opts, share, &cancel).await;

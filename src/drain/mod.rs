@@ -19,3 +19,4 @@ pub mod executor;
 pub mod progress;
 pub mod static_path;
 pub mod static_pods;
+pub mod volumes;

@@ -47,6 +47,12 @@ pub enum EventKind {
     StageCompleted,
     StageTimedOut,
     StageEscalated,
+    /// Every pod is gone; the drain waits for the volumes the drained pods
+    /// used to be detached from the node (the message names them).
+    VolumesDetaching,
+    /// Those volumes are detached (or the wait's time ran out: a Warning
+    /// says which are left).
+    VolumesDetached,
     DrainCompleted,
     /// The drain could not finish in the time it had (a shutdown's budget
     /// ran out with pods left); what is left goes down with the node.

@@ -120,6 +120,8 @@ fn translate(
             on_node("StaticPodsRestored", "Normal", ev.message.clone())
         }
         EventKind::ShutdownPreparing => on_node("ShutdownDelayed", "Normal", ev.message.clone()),
+        EventKind::VolumesDetaching => on_node("WaitingForVolumes", "Normal", ev.message.clone()),
+        EventKind::VolumesDetached => on_node("VolumesDetached", "Normal", ev.message.clone()),
         EventKind::StageTimedOut => on_node("DrainStageTimedOut", "Warning", ev.message.clone()),
         EventKind::PodEvicted => {
             let (ns, name) = pod();

@@ -46,6 +46,14 @@ impl Drainer {
         let p = &self.progress;
         let event = |kind: EventKind, message: String| pod_event(p, number, &pod, kind, message);
         let started = Instant::now();
+        if let Some(obj) = self.pods.get(&pod.uid) {
+            let claims = crate::drain::volumes::claims_of(&obj);
+            if !claims.is_empty() {
+                let mut b = self.book();
+                b.claims.extend(claims);
+                b.volumes_settled = false;
+            }
+        }
         if pod.pod_type == PodType::Static {
             match unstashed {
                 Some(why) => {
