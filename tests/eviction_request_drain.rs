@@ -65,6 +65,25 @@ fn request_writes(sim: &SimCluster) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Waits until the agent has given up the request for pod `uid`, and
+/// checks how: made, withdrawn (intent Withdrawn), then deleted.
+async fn withdrawn_then_deleted(sim: &SimCluster, uid: &str) {
+    let name = format!("maintd-{uid}");
+    eventually("the request is withdrawn, then deleted", || async move {
+        request_writes(sim).iter().any(|(verb, _)| verb == "delete")
+    })
+    .await;
+    assert_eq!(
+        request_writes(sim),
+        [
+            ("create".to_string(), name.clone()),
+            ("patch".to_string(), name.clone()),
+            ("delete".to_string(), name)
+        ],
+        "withdrawn (intent Withdrawn) before it is deleted"
+    );
+}
+
 fn blocker_of(agent: &RunningAgent, pod: &str) -> Option<String> {
     agent
         .progress
@@ -200,23 +219,7 @@ async fn an_undo_withdraws_the_request_and_the_pod_stays() {
 
     taint(&sim.client(), "node-a", "maintd.io/drain", None).await;
     agent.wait_event(EventKind::UndoCompleted).await;
-    let name = format!("maintd-{vm}");
-    let sim_ref = &sim;
-    eventually("the request is withdrawn, then deleted", || async move {
-        request_writes(sim_ref)
-            .iter()
-            .any(|(verb, _)| verb == "delete")
-    })
-    .await;
-    assert_eq!(
-        request_writes(&sim),
-        [
-            ("create".to_string(), name.clone()),
-            ("patch".to_string(), name.clone()),
-            ("delete".to_string(), name)
-        ],
-        "withdrawn (intent Withdrawn) before it is deleted"
-    );
+    withdrawn_then_deleted(&sim, &vm).await;
     assert!(
         pod_exists(&sim, "vm-1").await,
         "the migration was cancelled"
@@ -228,45 +231,12 @@ async fn an_undo_withdraws_the_request_and_the_pod_stays() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reboot_escalates_past_a_slow_responder_as_it_escalates_past_a_budget() {
-    use maintd::config::ShutdownSettings;
-    use maintd_sim::dbus::PrivateBus;
-    use maintd_sim::logind::{SimLogind, SimLogindConfig};
-    use std::time::Duration;
-
-    let bus = PrivateBus::start().expect("dbus-daemon starts (CI installs the dbus package)");
-    let budget = Duration::from_secs(6);
-    let logind = SimLogind::start(
-        &bus.address,
-        SimLogindConfig {
-            inhibit_delay_max: budget,
-        },
-    )
-    .await
-    .unwrap();
     let sim = cluster(true).await;
     let vm = running_pod(&sim, "vm-1", migrating("600")).await;
-    let mut config = Config::for_node("node-a", "/nonexistent/manifests".into());
-    config.shutdown = Some(ShutdownSettings {
-        sleep: false,
-        margin: Duration::from_secs(1),
-        bus: Some(bus.address.clone()),
-    });
-    let agent = RunningAgent::start_with(config, maintd::testbed::agent_client(&sim, "node-a"));
-    let l = &logind;
-    eventually("maintd holds its lock", || async move {
-        l.inhibitors().iter().any(|i| i.who == "maintd")
-    })
-    .await;
-
-    logind.reboot().await;
-    let record = tokio::time::timeout(Duration::from_secs(30), logind.wait_for_shutdowns(1))
-        .await
-        .expect("the reboot proceeds")[0]
-        .clone();
-    assert!(
-        !record.timed_out,
-        "released before logind's limit: {record:?}"
-    );
+    let config = Config::for_node("node-a", "/nonexistent/manifests".into());
+    let locked = common::logind_agent::start(&sim, std::time::Duration::from_secs(6), config).await;
+    locked.reboot_in_time().await;
+    let agent = &locked.agent;
     agent.wait_event(EventKind::ShutdownReleased).await;
     let events = agent.events();
     let of_vm = |kind: EventKind| {
@@ -282,23 +252,8 @@ async fn a_reboot_escalates_past_a_slow_responder_as_it_escalates_past_a_budget(
         !evicted(&sim).contains(&"vm-1".to_string()),
         "deleted, never also evicted"
     );
-    let name = format!("maintd-{vm}");
-    let sim_ref = &sim;
-    eventually("the request is given up", || async move {
-        request_writes(sim_ref)
-            .iter()
-            .any(|(verb, _)| verb == "delete")
-    })
-    .await;
-    assert_eq!(
-        request_writes(&sim),
-        [
-            ("create".to_string(), name.clone()),
-            ("patch".to_string(), name.clone()),
-            ("delete".to_string(), name)
-        ]
-    );
-    agent.stop().await;
+    withdrawn_then_deleted(&sim, &vm).await;
+    locked.agent.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

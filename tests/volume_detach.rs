@@ -185,44 +185,14 @@ async fn a_claim_a_pod_that_stays_still_mounts_is_not_waited_for() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reboot_waits_for_the_volumes_to_detach_within_its_budget() {
-    use maintd::config::ShutdownSettings;
-    use maintd_sim::dbus::PrivateBus;
-    use maintd_sim::logind::{SimLogind, SimLogindConfig};
-    use std::time::Duration;
-
-    let bus = PrivateBus::start().expect("dbus-daemon starts (CI installs the dbus package)");
-    let logind = SimLogind::start(
-        &bus.address,
-        SimLogindConfig {
-            inhibit_delay_max: Duration::from_secs(20),
-        },
-    )
-    .await
-    .unwrap();
     let sim = cluster().await;
     volume(&sim, "data", &pv_of("data"), "2").await;
     pod_with_claim(&sim, "db-0", "data", json!({"app": "db"})).await;
-    let mut config = Config::for_node("node-a", "/nonexistent/manifests".into());
-    config.shutdown = Some(ShutdownSettings {
-        sleep: false,
-        margin: Duration::from_secs(1),
-        bus: Some(bus.address.clone()),
-    });
-    let agent = RunningAgent::start_with(config, maintd::testbed::agent_client(&sim, "node-a"));
-    let l = &logind;
-    eventually("maintd holds its lock", || async move {
-        l.inhibitors().iter().any(|i| i.who == "maintd")
-    })
-    .await;
-    logind.reboot().await;
-    let record = tokio::time::timeout(Duration::from_secs(30), logind.wait_for_shutdowns(1))
-        .await
-        .expect("the reboot proceeds")[0]
-        .clone();
-    assert!(
-        !record.timed_out,
-        "released before logind's limit: {record:?}"
-    );
+    let config = Config::for_node("node-a", "/nonexistent/manifests".into());
+    let locked =
+        common::logind_agent::start(&sim, std::time::Duration::from_secs(20), config).await;
+    locked.reboot_in_time().await;
+    let agent = &locked.agent;
     agent.wait_event(EventKind::ShutdownReleased).await;
     let events = agent.events();
     let at = |kind: EventKind| events.iter().position(|e| e.event == kind);
@@ -232,5 +202,5 @@ async fn a_reboot_waits_for_the_volumes_to_detach_within_its_budget() {
         at(EventKind::VolumesDetaching).unwrap() < detached && detached < released,
         "the lock went only once the volume was detached"
     );
-    agent.stop().await;
+    locked.agent.stop().await;
 }

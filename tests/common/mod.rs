@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod endpoint;
 pub mod kubectl;
+pub mod logind_agent;
 pub mod slow_proxy;
 
 use std::time::Duration;
