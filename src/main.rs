@@ -355,11 +355,28 @@ fn fail(e: maintd::cli::CliError) -> ! {
     std::process::exit(1)
 }
 
+/// Worker threads of the runtime, whatever the node's core count: the
+/// agent mostly waits on the network, and each worker costs resident
+/// memory (its stack, its allocator arena). Tokio's default, one per core,
+/// would start 96 of them on a 96-core node.
+const WORKER_THREADS: usize = 2;
+
 /// Every error that ends `maintd` reads as one line, `error: what failed:
 /// why`, and exits 1.
-#[tokio::main]
-async fn main() {
-    if let Err(e) = run(Cli::parse()).await {
+fn main() {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(WORKER_THREADS)
+        .enable_all()
+        .build();
+    let runtime = match runtime {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = runtime.block_on(run(cli)) {
         eprintln!("error: {}", maintd::preflight::one_line(&format!("{e:#}")));
         std::process::exit(1);
     }
