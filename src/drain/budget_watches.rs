@@ -37,7 +37,16 @@ struct Open {
     index: Index,
     holders: usize,
     stop: CancellationToken,
+    tickets: Tickets,
 }
+
+/// How many of a scope's blocked pods a budget's status has let go: per
+/// budget (by uid), the resourceVersion of the status that allowed `k`
+/// disruptions and how many pods it has woken. A status allowing `k` wakes
+/// `k` pods, not every pod waiting on the budget: the others would only be
+/// refused again (twenty pods behind a budget that allows one were nineteen
+/// refused evictions a round).
+type Tickets = Arc<Mutex<BTreeMap<String, (String, i64)>>>;
 
 #[derive(Default)]
 struct Inner {
@@ -98,11 +107,13 @@ impl BudgetWatches {
                 index,
                 holders: 0,
                 stop,
+                tickets: Tickets::default(),
             }
         });
         open.holders += 1;
         BudgetHold {
             index: open.index.clone(),
+            tickets: open.tickets.clone(),
             watches: self.clone(),
             scope,
         }
@@ -135,6 +146,7 @@ impl BudgetWatches {
 /// A blocked pod's claim on a budget watch; dropping it lets the watch go.
 pub struct BudgetHold {
     index: Index,
+    tickets: Tickets,
     watches: BudgetWatches,
     scope: Scope,
 }
@@ -145,11 +157,15 @@ impl BudgetHold {
         self.scope.namespace == namespace && self.scope.name.as_deref() == name
     }
 
-    /// Resolves once a watched budget allows a disruption, or the budget
-    /// named is gone, seen in a change after this call: the status seen
-    /// before may still count the disruption that was just refused.
+    /// Resolves once a watched budget allows a disruption to this pod, or
+    /// the budget named is gone, seen in a change after this call: the
+    /// status seen before may still count the disruption that was just
+    /// refused. A status that allows `k` disruptions lets `k` waiting pods
+    /// go; the rest wait for the next status (the evictions it allowed
+    /// change it).
     pub fn allows(&self) -> impl Future<Output = ()> + use<> {
         let budgets = self.index.clone();
+        let tickets = self.tickets.clone();
         let mut changes = budgets.changes();
         changes.mark_unchanged();
         let ns = self.scope.namespace.clone();
@@ -167,11 +183,29 @@ impl BudgetHold {
                             && name.as_deref().is_none_or(|n| b["metadata"]["name"] == n)
                     })
                     .collect();
-                let allows = watched
-                    .iter()
-                    .any(|b| b["status"]["disruptionsAllowed"].as_i64().unwrap_or(0) > 0);
-                if allows || (name.is_some() && watched.is_empty()) {
+                if name.is_some() && watched.is_empty() {
                     return;
+                }
+                let mut tickets = tickets.lock().unwrap_or_else(|e| e.into_inner());
+                for b in watched {
+                    let allowed = b["status"]["disruptionsAllowed"].as_i64().unwrap_or(0);
+                    if allowed <= 0 {
+                        continue;
+                    }
+                    let uid = b["metadata"]["uid"].as_str().unwrap_or_default();
+                    let rv = b["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap_or_default();
+                    let entry = tickets
+                        .entry(uid.to_string())
+                        .or_insert_with(|| (rv.to_string(), 0));
+                    if entry.0 != rv {
+                        *entry = (rv.to_string(), 0);
+                    }
+                    if entry.1 < allowed {
+                        entry.1 += 1;
+                        return;
+                    }
                 }
             }
         }
@@ -275,6 +309,43 @@ mod tests {
         assert!(futures::poll!(&mut allows).is_pending());
         all.index.upsert(budget("shop", "db", 2));
         assert!(futures::poll!(&mut allows).is_ready());
+    }
+
+    /// A status allowing k disruptions wakes k of the pods waiting on the
+    /// budget, not all of them; the next status wakes the next ones.
+    #[tokio::test]
+    async fn a_status_allowing_k_disruptions_wakes_k_pods() {
+        let w = watches();
+        let holds: Vec<BudgetHold> = (0..3).map(|_| w.hold("shop", Some("web"))).collect();
+        let index = holds[0].index.clone();
+        let mut waiting: Vec<_> = holds.iter().map(|h| Some(Box::pin(h.allows()))).collect();
+        let with_rv = |allowed: i64, rv: &str| {
+            let mut b = budget("shop", "web", allowed);
+            b["metadata"]["resourceVersion"] = json!(rv);
+            b
+        };
+        async fn wake(
+            waiting: &mut [Option<std::pin::Pin<Box<impl Future<Output = ()>>>>],
+        ) -> usize {
+            let mut woken = 0;
+            for slot in waiting.iter_mut() {
+                if let Some(w) = slot
+                    && futures::poll!(w).is_ready()
+                {
+                    *slot = None;
+                    woken += 1;
+                }
+            }
+            woken
+        }
+        index.upsert(with_rv(1, "2"));
+        let woken = wake(&mut waiting).await;
+        assert_eq!(woken, 1, "one disruption allowed: one pod goes");
+        // The eviction it allowed, then the controller's next status.
+        index.upsert(with_rv(0, "3"));
+        index.upsert(with_rv(2, "4"));
+        let woken_now = wake(&mut waiting).await;
+        assert_eq!(woken_now, 2, "two allowed: the two others go");
     }
 
     /// The budget that refused is deleted: nothing holds the pod any more,
