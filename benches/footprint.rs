@@ -6,6 +6,7 @@
 //! the agent exits, never lists its node, or does not finish the drain:
 //! numbers of a dead agent are not a footprint.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -57,6 +58,28 @@ fn rss_split(pid: u32) -> (u64, u64) {
     (field("RssAnon:"), field("RssFile:"))
 }
 
+/// "POST pods/eviction", "PATCH nodedrains/status": a request's method and
+/// what it acts on, without names.
+fn request_kind(method: &str, path: &str) -> String {
+    let path = path.split('?').next().unwrap_or(path);
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    // /api/v1/... or /apis/group/version/...
+    let rest = match parts.first() {
+        Some(&"api") => parts.get(2..).unwrap_or_default(),
+        _ => parts.get(3..).unwrap_or_default(),
+    };
+    let rest = match rest {
+        ["namespaces", _, tail @ ..] if !tail.is_empty() => tail,
+        other => other,
+    };
+    let what = match rest {
+        [kind] | [kind, _] => kind.to_string(),
+        [kind, _, sub, ..] => format!("{kind}/{sub}"),
+        [] => path.to_string(),
+    };
+    format!("{method} {what}")
+}
+
 fn counts(sim: &SimCluster) -> (usize, usize) {
     let reqs = sim.state.audit.requests();
     (
@@ -106,7 +129,12 @@ async fn main() {
         .expect("a free port")
         .port();
     let listen = format!("127.0.0.1:{port}");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_maintd"))
+    // The binary measured: this build's, or (MAINTD_FOOTPRINT_BINARY) the
+    // one the image ships, built without the simulator.
+    let binary = std::env::var("MAINTD_FOOTPRINT_BINARY")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_maintd").to_string());
+    println!("binary: {binary}");
+    let mut child = Command::new(&binary)
         .args(["run", "--node", "node-a", "--listen", &listen])
         .args(["--listen-local", "", "--inhibit-shutdown", "false"])
         .arg("--kubeconfig")
@@ -227,6 +255,25 @@ async fn main() {
         n2 - n1,
         (n2 - n1) as f64 / drained as f64
     );
+    let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
+    for r in sim
+        .state
+        .audit
+        .requests()
+        .iter()
+        .skip(n1 + w1)
+        .filter(|r| !r.watch)
+    {
+        *by_kind.entry(request_kind(&r.method, &r.path)).or_default() += 1;
+    }
+    let mut by_kind: Vec<(String, usize)> = by_kind.into_iter().collect();
+    by_kind.sort_by_key(|k| std::cmp::Reverse(k.1));
+    for (kind, n) in by_kind {
+        println!(
+            "    {kind:<44} {n:6}  ({:.2} per pod)",
+            n as f64 / drained as f64
+        );
+    }
     println!("  CPU time                       {:8.3} s", cpu2 - cpu1);
     println!(
         "  resident memory after          {:8.1} MiB",
