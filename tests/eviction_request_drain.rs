@@ -314,3 +314,29 @@ async fn a_restarted_agent_adopts_its_request_and_a_failed_request_falls_back_to
     assert_eq!(made.len(), 1, "{made:?}");
     second.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_undone_while_its_agent_was_down_has_its_request_withdrawn_by_the_next() {
+    let sim = cluster(true).await;
+    let vm = running_pod(&sim, "vm-1", migrating("600")).await;
+    let first = agent(&sim, Mode::Auto);
+    taint(&sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
+    let first_ref = &first;
+    eventually("the live migration runs", || async move {
+        blocker_of(first_ref, "vm-1").is_some_and(|r| r.contains(LIVE_MIGRATION))
+    })
+    .await;
+    first.stop().await;
+    // The maintenance ends while no agent runs.
+    taint(&sim.client(), "node-a", "maintd.io/drain", None).await;
+
+    let second = agent(&sim, Mode::Auto);
+    second.wait_event(EventKind::UndoCompleted).await;
+    withdrawn_then_deleted(&sim, &vm).await;
+    assert!(
+        pod_exists(&sim, "vm-1").await,
+        "the migration was cancelled"
+    );
+    assert!(evicted(&sim).is_empty());
+    second.stop().await;
+}

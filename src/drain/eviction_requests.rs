@@ -18,6 +18,8 @@ use std::time::Duration;
 use http::Request;
 use serde_json::{Value, json};
 
+use crate::outbound::shorten;
+
 /// The API group and version the agent speaks.
 pub const API: &str = "lifecycle.k8s.io/v1alpha1";
 /// maintd's requester name (a domain-prefixed path, as the KEP asks).
@@ -31,6 +33,8 @@ pub const DEFAULT_RESPONDER: &str = "imperative-eviction.k8s.io/evictor";
 /// deleted regardless.
 const RETIRE_WITHIN: Duration = Duration::from_secs(30);
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most of a responder's message a blocker carries.
+const MESSAGE_MAX: usize = 240;
 
 /// Whether the drain may use EvictionRequests.
 #[derive(
@@ -236,24 +240,38 @@ impl EvictionRequests {
     /// the background: at most [`RETIRE_WITHIN`], then deleted regardless.
     pub fn retire(&self, namespace: &str, uid: &str) {
         let this = self.clone();
-        let (namespace, uid) = (namespace.to_string(), uid.to_string());
+        let path = format!("{}/{}", collection(namespace), name(uid));
+        let namespace = namespace.to_string();
         tokio::spawn(async move {
+            // The request as first seen: a newer one of the same name (the
+            // drain asking again) is never deleted by this.
+            let mut seen: Option<String> = None;
             let until = tokio::time::Instant::now() + RETIRE_WITHIN;
             let mut backoff = crate::index::Backoff::with(500, 5_000);
             while tokio::time::Instant::now() < until {
-                match this.state(&namespace, &uid).await {
-                    Ok(State::Missing) => return,
-                    Ok(State::Pending(_)) | Err(_) => {}
-                    Ok(_) => break,
+                match this.call("GET", &path, None, "").await {
+                    Ok(r) => {
+                        if seen.is_none() {
+                            seen = r["metadata"]["uid"].as_str().map(str::to_string);
+                        }
+                        if final_state(&r).is_some() {
+                            break;
+                        }
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 404 => return,
+                    Err(_) => {}
                 }
                 tokio::time::sleep(backoff.next_delay()).await;
             }
-            let path = format!("{}/{}", collection(&namespace), name(&uid));
-            match this.call("DELETE", &path, None, "").await {
+            let body = seen.map(|u| json!({"preconditions": {"uid": u}}));
+            match this
+                .call("DELETE", &path, body.as_ref(), "application/json")
+                .await
+            {
                 Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                 Err(e) => tracing::warn!(
-                    %namespace, name = %name(&uid),
+                    %namespace, %path,
                     error = %crate::client::explain(&e),
                     "could not delete an EvictionRequest; an undo of the next drain tries again"
                 ),
@@ -262,10 +280,13 @@ impl EvictionRequests {
     }
 
     /// Withdraws every request this node's drains made that is still
-    /// open (an undo, including one after an agent restart); returns how
-    /// many. Nothing is asked when the API is not served.
+    /// open (an undo, including one after an agent restart), in the
+    /// background; returns how many. Nothing is asked when the API is not
+    /// served.
     pub async fn withdraw_all(&self) -> Result<usize, String> {
-        if !self.served() {
+        // Asked again: an agent restarted since the drain has not asked yet,
+        // and its predecessor's requests must not go on evicting.
+        if !self.served() && !self.discover().await {
             return Ok(0);
         }
         let path = format!(
@@ -297,7 +318,10 @@ impl EvictionRequests {
             if r["spec"]["intent"] == "Withdrawn" {
                 self.retire(ns, uid);
             } else {
-                self.give_up(ns, uid).await;
+                // In the background: an undo does not wait on a slow API
+                // server once per request.
+                let (this, ns, uid) = (self.clone(), ns.to_string(), uid.to_string());
+                tokio::spawn(async move { this.give_up(&ns, &uid).await });
             }
         }
         Ok(n)
@@ -431,18 +455,20 @@ pub fn progress(eviction: Option<&Value>) -> String {
         .into_iter()
         .flatten()
         .find(|r| r["name"] == active);
-    let mut out = format!("EvictionRequest: responder {active}");
+    // The responder's words go into the NodeDrain and Events: one line,
+    // bounded.
+    let mut out = format!("EvictionRequest: responder {}", shorten(active, 120));
     if let Some(m) = entry
         .and_then(|e| e["message"].as_str())
-        .filter(|m| !m.is_empty())
+        .filter(|m| !m.trim().is_empty())
     {
         out.push_str(": ");
-        out.push_str(m.trim_end_matches('.'));
+        out.push_str(shorten(m, MESSAGE_MAX).trim_end_matches('.'));
     } else {
         out.push_str(" is at work");
     }
     if let Some(t) = entry.and_then(|e| e["expectedCompletionTime"].as_str()) {
-        out.push_str(&format!(" (expected done by {t})"));
+        out.push_str(&format!(" (expected done by {})", shorten(t, 40)));
     }
     out
 }
@@ -520,6 +546,10 @@ mod tests {
             progress(Some(&ev)),
             "EvictionRequest: responder live-migration.kubevirt.io/migrator: Live migration of pod vm-1 to another node in progress (expected done by 2026-11-26T01:00:00Z)"
         );
+        let mut long = ev.clone();
+        long["status"]["responders"][0]["message"] = json!(format!("line\n{}", "x".repeat(5000)));
+        let said = progress(Some(&long));
+        assert!(said.chars().count() < 400 && !said.contains('\n'), "{said}");
         let quiet =
             json!({"status": {"targetResponders": [{"name": "a.io/b", "state": "Active"}]}});
         assert_eq!(

@@ -127,9 +127,10 @@ impl Volumes<'_> {
             if va["spec"]["nodeName"] != self.node {
                 continue;
             }
+            // The attacher's words, one line and bounded.
             let detach_error = va["status"]["detachError"]["message"]
                 .as_str()
-                .map(str::to_string);
+                .map(|m| crate::outbound::shorten(m, 240));
             out.push(Attached {
                 claim: claim.clone(),
                 volume,

@@ -100,3 +100,16 @@ pub(crate) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
 pub(crate) fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
+
+/// One line of at most `max` characters, cut on a character boundary: for
+/// words from elsewhere (an HTTP answer, another controller's message) that
+/// go into a status or an Event.
+pub(crate) fn shorten(text: &str, max: usize) -> String {
+    let line = one_line(text);
+    if line.chars().count() <= max {
+        return line;
+    }
+    let mut cut: String = line.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}

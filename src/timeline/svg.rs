@@ -8,6 +8,7 @@ use std::fmt::Write;
 
 use super::model::{Chart, MarkKind, Outcome, Row, seconds};
 use crate::drain::plan::PodType;
+use crate::outbound::shorten;
 
 const WIDTH: u64 = 1180;
 const LABEL_W: u64 = 400;
@@ -227,15 +228,6 @@ fn colour(t: Option<PodType>) -> (&'static str, &'static str) {
         Some(PodType::DaemonSet) => ("#2e9d5b", "DaemonSet pods"),
         Some(PodType::Static) => ("#e08a1e", "static pods"),
     }
-}
-
-fn shorten(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
 }
 
 /// Text made safe inside XML.

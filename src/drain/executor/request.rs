@@ -66,7 +66,7 @@ impl Drainer {
                 EventKind::PodEvicting,
                 format!(
                     "through EvictionRequest {request_name} (responders: {})",
-                    responders.join(", ")
+                    crate::outbound::shorten(&responders.join(", "), 240)
                 ),
             ));
             let mut poll = Backoff::with(POLL_FIRST, POLL_CAP);

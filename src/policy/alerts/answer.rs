@@ -290,15 +290,4 @@ pub(crate) fn quote(text: &str) -> String {
     format!("`{}`", shorten(text, QUOTE_MAX))
 }
 
-pub(crate) use crate::outbound::one_line;
-
-/// One line of at most `max` characters, cut on a character boundary.
-pub(crate) fn shorten(text: &str, max: usize) -> String {
-    let line = one_line(text);
-    if line.chars().count() <= max {
-        return line;
-    }
-    let mut cut: String = line.chars().take(max.saturating_sub(1)).collect();
-    cut.push('…');
-    cut
-}
+pub(crate) use crate::outbound::{one_line, shorten};
