@@ -84,6 +84,19 @@ async fn withdrawn_then_deleted(sim: &SimCluster, uid: &str) {
     );
 }
 
+/// An agent (with every default) draining node-a for a taint, once vm-1's
+/// live migration runs and the drain names it.
+async fn draining_until_migrating(sim: &SimCluster) -> RunningAgent {
+    let running = agent(sim, Mode::Auto);
+    taint(&sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
+    let running_ref = &running;
+    eventually("the live migration runs", || async move {
+        blocker_of(running_ref, "vm-1").is_some_and(|r| r.contains(LIVE_MIGRATION))
+    })
+    .await;
+    running
+}
+
 fn blocker_of(agent: &RunningAgent, pod: &str) -> Option<String> {
     agent
         .progress
@@ -200,13 +213,7 @@ async fn without_the_api_or_with_it_turned_off_the_same_pod_goes_through_the_evi
 async fn an_undo_withdraws_the_request_and_the_pod_stays() {
     let sim = cluster(true).await;
     let vm = running_pod(&sim, "vm-1", migrating("600")).await;
-    let agent = agent(&sim, Mode::Auto);
-    taint(&sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
-    let agent_ref = &agent;
-    eventually("the live migration runs", || async move {
-        blocker_of(agent_ref, "vm-1").is_some_and(|r| r.contains(LIVE_MIGRATION))
-    })
-    .await;
+    let agent = draining_until_migrating(&sim).await;
     let state = agent
         .progress
         .status()
@@ -271,13 +278,7 @@ async fn a_restarted_agent_adopts_its_request_and_a_failed_request_falls_back_to
         }}),
     )
     .await;
-    let first = agent(&sim, Mode::Auto);
-    taint(&sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
-    let first_ref = &first;
-    eventually("the live migration runs", || async move {
-        blocker_of(first_ref, "vm-1").is_some_and(|r| r.contains(LIVE_MIGRATION))
-    })
-    .await;
+    let first = draining_until_migrating(&sim).await;
     let before = first.events();
     first.stop().await;
 
@@ -319,13 +320,7 @@ async fn a_restarted_agent_adopts_its_request_and_a_failed_request_falls_back_to
 async fn a_drain_undone_while_its_agent_was_down_has_its_request_withdrawn_by_the_next() {
     let sim = cluster(true).await;
     let vm = running_pod(&sim, "vm-1", migrating("600")).await;
-    let first = agent(&sim, Mode::Auto);
-    taint(&sim.client(), "node-a", "maintd.io/drain", Some("kernel")).await;
-    let first_ref = &first;
-    eventually("the live migration runs", || async move {
-        blocker_of(first_ref, "vm-1").is_some_and(|r| r.contains(LIVE_MIGRATION))
-    })
-    .await;
+    let first = draining_until_migrating(&sim).await;
     first.stop().await;
     // The maintenance ends while no agent runs.
     taint(&sim.client(), "node-a", "maintd.io/drain", None).await;
