@@ -206,6 +206,17 @@ impl ClusterOps {
         Err(self.node_err("the node kept changing under 20 attempts to edit it; will retry"))
     }
 
+    /// Edits the node's annotations: `edit` sees the current node and
+    /// returns the merge patch of its annotations (None: nothing to do),
+    /// written with the node's resourceVersion as precondition.
+    pub async fn annotate(
+        &self,
+        mut edit: impl FnMut(&Value) -> Option<Value>,
+    ) -> Result<(), ClusterError> {
+        self.edit_node(|node| edit(node).map(|a| json!({"metadata": {"annotations": a}})))
+            .await
+    }
+
     /// Cordons the node (recording that maintd did, unless it was already
     /// cordoned) and puts `taint` on it. Idempotent.
     pub async fn mark(&self, taint: &TaintSpec, cordon: bool) -> Result<NodeChange, ClusterError> {

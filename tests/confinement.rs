@@ -121,7 +121,7 @@ async fn on_its_own_node_an_agent_changes_only_what_maintd_changes() {
         ),
         (
             json!({"metadata": {"annotations": {"example.io/x": "1"}}}),
-            "maintd may change only its own annotation (maintd.io/cordoned) on its Node",
+            "maintd may change only its own annotations (maintd.io/cordoned, maintd.io/reboot-turn, maintd.io/turns-done) on its Node",
         ),
         (
             json!({"spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoExecute"}]}}),
@@ -149,10 +149,19 @@ async fn on_its_own_node_an_agent_changes_only_what_maintd_changes() {
     let dropped =
         json!({"spec": {"taints": [{"key": "maintd.io/draining", "effect": "NoSchedule"}]}});
     refusal(patch_node(&agent, "node-a", dropped).await);
-    let annotate = json!({"metadata": {"annotations": {"maintd.io/cordoned": "true"}}});
-    patch_node(&agent, "node-a", annotate)
-        .await
-        .expect("its own annotation");
+    for key in [
+        "maintd.io/cordoned",
+        "maintd.io/reboot-turn",
+        "maintd.io/turns-done",
+    ] {
+        let annotate = json!({"metadata": {"annotations": {key: "x"}}});
+        patch_node(&agent, "node-a", annotate)
+            .await
+            .expect("its own annotation");
+    }
+    // A lookalike is someone else's.
+    let lookalike = json!({"metadata": {"annotations": {"maintd.io/turns-done-x": "x"}}});
+    refusal(patch_node(&agent, "node-a", lookalike).await);
 }
 
 #[tokio::test]

@@ -91,7 +91,7 @@ impl DrainControl for AgentDrain {
 impl Agent {
     /// What reboot slots are taken with: the client, the agent's namespace
     /// (where the slot Leases live; `maintd` outside a pod) and this Node.
-    fn slot_context(&self) -> (kube::Client, String, Node) {
+    pub(super) fn slot_context(&self) -> (kube::Client, String, Node) {
         let namespace = self.namespace();
         let node: Node = self
             .node

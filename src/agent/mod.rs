@@ -29,6 +29,7 @@ mod medik8s_lease;
 mod planned;
 mod reconcile;
 mod shutdown;
+mod turns;
 mod undo;
 use crate::trigger::local::LocalSource;
 use crate::trigger::shutdown::{ActiveShutdown, ShutdownTrigger};
@@ -157,6 +158,7 @@ impl Agent {
                     group: crate::coordination::DEFAULT_GROUP.into(),
                     max: self.config.reboot_slots,
                     release_when_drained: false,
+                    turn: None,
                     what: "a reboot slot".into(),
                 });
             }

@@ -150,12 +150,19 @@ impl Reconciler {
         // A drain slot is needed only while there is something to evict:
         // once drained, it goes to the next node.
         let ask = ask.filter(|a| !a.release_when_drained || self.something_to_evict(&desired));
-        if self
-            .slot
-            .as_ref()
-            .is_some_and(|(have, _)| Some(have) != ask.as_ref())
+        if let Some((have, _)) = &self.slot
+            && Some(have) != ask.as_ref()
         {
-            self.give_back_slot();
+            // A turn's slot goes to the next node only once this one is
+            // uncordoned: never more nodes out of scheduling than slots.
+            match &have.turn {
+                Some(_) if self.agent.has_leftovers() => {}
+                Some(t) => {
+                    self.turns.released(&t.uid);
+                    self.give_back_slot();
+                }
+                None => self.give_back_slot(),
+            }
         }
         if self
             .slot_taking

@@ -64,6 +64,8 @@ pub(super) struct Reconciler {
     pub(super) asking: Option<CancellationToken>,
     /// Cordoning the node again after someone uncordoned it mid-drain.
     pub(super) recordon: Option<JoinHandle<()>>,
+    /// Turns of rolling maintenances that end with a reboot.
+    pub(super) turns: super::turns::Turns,
 }
 
 /// What woke the loop.
@@ -107,6 +109,7 @@ impl Reconciler {
             hold: None,
             asking: None,
             recordon: None,
+            turns: Default::default(),
         }
     }
 
@@ -125,11 +128,17 @@ impl Reconciler {
             self.shutdown_step().await;
             self.judge(&stop);
             self.keep_cordoned();
+            self.turn_step();
             self.medik8s_step();
-            let timer = [self.release_retry, self.shutdown_timer(), self.hold_until()]
-                .into_iter()
-                .flatten()
-                .min();
+            let timer = [
+                self.release_retry,
+                self.shutdown_timer(),
+                self.hold_until(),
+                self.turn_timer(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             let shutting_down = self.shutdown_pending();
             let held_by_pods = self
                 .hold
@@ -145,6 +154,7 @@ impl Reconciler {
                 medik8s_release,
                 probe,
                 recordon,
+                turns,
                 ..
             } = &mut self;
             let wake = tokio::select! {
@@ -178,6 +188,7 @@ impl Reconciler {
                 r = finished(medik8s_release) => Wake::Medik8s(r),
                 _ = finished(probe) => Wake::Look,
                 _ = finished(recordon) => Wake::Look,
+                _ = finished(turns.task()) => Wake::Look,
                 _ = stop.cancelled() => {
                     if let Some(r) = self.running.take() {
                         r.stop();

@@ -18,6 +18,7 @@ mod stage;
 pub mod status;
 #[cfg(test)]
 mod tests;
+pub mod turns;
 mod validate;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
@@ -31,8 +32,9 @@ pub use schema::{CrdError, crd, crd_yaml, nodedrain_crd};
 pub use select::{Effective, effective, selects};
 pub use stage::Stage;
 pub use validate::{
-    MAX_CONCURRENT_DRAINS, MAX_NODE_NAME_LEN, MAX_PLAN_ENTRIES, MAX_REASON_LEN,
-    MAX_STAGE_TIMEOUT_SECONDS, parse, validate,
+    DEFAULT_REBOOT_TIMEOUT_SECONDS, MAX_CONCURRENT_DRAINS, MAX_NODE_NAME_LEN, MAX_PLAN_ENTRIES,
+    MAX_REASON_LEN, MAX_REBOOT_TIMEOUT_SECONDS, MAX_STAGE_TIMEOUT_SECONDS,
+    MIN_REBOOT_TIMEOUT_SECONDS, parse, validate,
 };
 
 /// API group of maintd's resources.
@@ -89,12 +91,46 @@ pub struct NodeMaintenanceSpec {
     /// drains at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrent_drains: Option<i32>,
+    /// With maxConcurrentDrains: a node's turn ends when it has rebooted,
+    /// not when it is drained. It keeps its slot and its cordon until its
+    /// boot ID changes and it is Ready again; then it is uncordoned, gives
+    /// the slot to the next node and is done with this object. Unset: a
+    /// drained node gives its slot back and stays cordoned until the
+    /// object is Complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_for_reboot: Option<WaitForReboot>,
     /// A planned maintenance: each selected node waits for its agent's
     /// policy before it evicts (the maintenance window, blocking pods,
     /// alerts), as a local `maintd drain` does. Unset: the nodes drain
     /// when the stage says so.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub planned: bool,
+}
+
+/// How long a node of a rolling maintenance has to reboot, and what then.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitForReboot {
+    /// Seconds from the node taking its slot until it must have booted
+    /// again (drain included). Unset: 3600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<i64>,
+    /// Past the timeout, `Hold` (the default) keeps the node cordoned and
+    /// its slot held, so the rollout stops at a node that did not come
+    /// back; `Release` uncordons it and gives the slot to the next node.
+    #[serde(default)]
+    pub on_timeout: OnRebootTimeout,
+}
+
+/// What a node of a rolling maintenance does when it has not rebooted in
+/// time.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum OnRebootTimeout {
+    /// Stay cordoned and keep the slot: the rollout stops here.
+    #[default]
+    Hold,
+    /// Uncordon, give the slot back and count the node as done.
+    Release,
 }
 
 /// What the agents report, as aggregates (KEP-4212: per-node detail lives

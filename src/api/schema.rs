@@ -69,6 +69,20 @@ pub fn crd() -> Result<CustomResourceDefinition, CrdError> {
         json!(MAX_CONCURRENT_DRAINS),
     )?;
     set(props, "nodeName", "minLength", json!(1))?;
+    if let Some(reboot) = props.pointer_mut("/waitForReboot/properties") {
+        set(
+            reboot,
+            "timeoutSeconds",
+            "minimum",
+            json!(super::MIN_REBOOT_TIMEOUT_SECONDS),
+        )?;
+        set(
+            reboot,
+            "timeoutSeconds",
+            "maximum",
+            json!(super::MAX_REBOOT_TIMEOUT_SECONDS),
+        )?;
+    }
     set(props, "nodeName", "maxLength", json!(MAX_NODE_NAME_LEN))?;
     // Not nullable: a null is pruned, so `has()` in the CEL rule means "set".
     for field in ["nodeName", "nodeSelector", "stageTimeoutSeconds"] {

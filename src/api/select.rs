@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::turns::{RebootTurn, TurnState};
 use super::{NodeMaintenance, Stage, validate};
 use crate::drain::plan::{PlanEntry, selector_matches};
 
@@ -22,6 +23,12 @@ pub struct Effective {
     /// object at the winning stage limits its drains: one that does not
     /// asks for the drain now.
     pub drain_slots: Option<(String, u32)>,
+    /// The drain slots' turns end with a reboot (`waitForReboot` of the
+    /// object that gives the slots).
+    pub turn: Option<super::turns::RebootTurn>,
+    /// That turn's node has booted again and is not Ready yet: it stays
+    /// cordoned and evicts nothing until it is.
+    pub rebooted_not_ready: bool,
     /// Every object at the winning stage is `planned`: the drain waits for
     /// the agent's policy.
     pub planned: bool,
@@ -85,7 +92,8 @@ pub fn selects(nm: &NodeMaintenance, node: &Value) -> bool {
 /// The one request that the valid objects selecting `node` add up to.
 ///
 /// The furthest stage wins (`Idle < Cordon < Drain`); objects at `Complete`
-/// (done) and invalid ones are left out. The plan comes from the oldest
+/// (done), invalid ones and rolling ones whose turn on this node is over
+/// (it rebooted: see [`super::turns`]) are left out. The plan comes from the oldest
 /// object at the winning stage (creationTimestamp, then name; one without a
 /// timestamp counts as newest). `None` when no object asks anything.
 pub fn effective<'a>(
@@ -95,6 +103,7 @@ pub fn effective<'a>(
     let mut candidates: Vec<&NodeMaintenance> = objs
         .into_iter()
         .filter(|nm| nm.spec.stage.rank().is_some() && validate(nm).is_ok() && selects(nm, node))
+        .filter(|nm| !turn_over(nm, node))
         .collect();
     let top = candidates
         .iter()
@@ -113,20 +122,29 @@ pub fn effective<'a>(
         key(a).cmp(&key(b))
     });
     let first = candidates.first()?;
+    let limited = candidates
+        .iter()
+        .all(|nm| nm.spec.max_concurrent_drains.is_some());
+    let turn = limited.then(|| RebootTurn::of(first)).flatten();
+    let rebooted_not_ready = turn.as_ref().is_some_and(|t| {
+        matches!(
+            super::turns::state(&t.uid, node),
+            TurnState::RebootedNotReady(_)
+        )
+    });
     Some(Effective {
         stage: first.spec.stage.clone(),
         entries: (!first.spec.drain_plan.is_empty()).then(|| first.spec.drain_plan.clone()),
         stage_timeout_seconds: first.spec.stage_timeout_seconds,
-        drain_slots: candidates
-            .iter()
-            .all(|nm| nm.spec.max_concurrent_drains.is_some())
-            .then(|| {
-                let max = first.spec.max_concurrent_drains.unwrap_or(1).max(1);
-                (
-                    first.metadata.name.clone().unwrap_or_default(),
-                    u32::try_from(max).unwrap_or(1),
-                )
-            }),
+        turn,
+        rebooted_not_ready,
+        drain_slots: limited.then(|| {
+            let max = first.spec.max_concurrent_drains.unwrap_or(1).max(1);
+            (
+                first.metadata.name.clone().unwrap_or_default(),
+                u32::try_from(max).unwrap_or(1),
+            )
+        }),
         planned: candidates.iter().all(|nm| nm.spec.planned),
         reason: first.spec.reason.clone(),
         from: candidates
@@ -134,4 +152,17 @@ pub fn effective<'a>(
             .map(|nm| nm.metadata.name.clone().unwrap_or_default())
             .collect(),
     })
+}
+
+/// Whether `nm` is a rolling maintenance whose turn on `node` is over: the
+/// node rebooted since it took its slot (and is Ready), or that was
+/// recorded.
+fn turn_over(nm: &NodeMaintenance, node: &Value) -> bool {
+    let Some(t) = RebootTurn::of(nm) else {
+        return false;
+    };
+    matches!(
+        super::turns::state(&t.uid, node),
+        TurnState::Done | TurnState::Rebooted(_)
+    )
 }

@@ -86,6 +86,18 @@ fn validate_names_every_problem() {
             &["spec.maxConcurrentDrains is 2147483647; give 1 to 100000"],
         ),
         (
+            json!({"nodeName": "a", "waitForReboot": {}}),
+            &["spec.waitForReboot needs spec.maxConcurrentDrains"],
+        ),
+        (
+            json!({"nodeName": "a", "maxConcurrentDrains": 2, "waitForReboot": {"timeoutSeconds": 1}}),
+            &["spec.waitForReboot.timeoutSeconds is 1; give 5 to 604800 seconds"],
+        ),
+        (
+            json!({"nodeName": "a", "maxConcurrentDrains": 2, "waitForReboot": {"timeoutSeconds": 60, "onTimeout": "Release"}}),
+            &[],
+        ),
+        (
             json!({"nodeName": "n".repeat(254)}),
             &["spec.nodeName is 254 bytes long; a node name has at most 253"],
         ),

@@ -18,6 +18,12 @@ pub const MAX_STAGE_TIMEOUT_SECONDS: i64 = 7 * 24 * 3600;
 /// Largest `spec.maxConcurrentDrains` (the CRD's `maximum` too): more than
 /// any cluster has nodes.
 pub const MAX_CONCURRENT_DRAINS: i32 = 100_000;
+/// `spec.waitForReboot.timeoutSeconds` when unset: an hour.
+pub const DEFAULT_REBOOT_TIMEOUT_SECONDS: i64 = 3600;
+/// Shortest `spec.waitForReboot.timeoutSeconds`.
+pub const MIN_REBOOT_TIMEOUT_SECONDS: i64 = 5;
+/// Longest `spec.waitForReboot.timeoutSeconds`: a week.
+pub const MAX_REBOOT_TIMEOUT_SECONDS: i64 = 7 * 24 * 3600;
 /// Longest `spec.nodeName`: a DNS subdomain, as Node names are.
 pub const MAX_NODE_NAME_LEN: usize = 253;
 
@@ -83,6 +89,20 @@ pub fn validate(nm: &NodeMaintenance) -> Result<(), Vec<String>> {
         problems.push(format!(
             "spec.maxConcurrentDrains is {n}; give 1 to {MAX_CONCURRENT_DRAINS}, or leave it unset to drain every selected node at once"
         ));
+    }
+    if let Some(w) = &spec.wait_for_reboot {
+        if spec.max_concurrent_drains.is_none() {
+            problems.push(
+                "spec.waitForReboot needs spec.maxConcurrentDrains: a node's turn ends when it has rebooted, so there must be turns".to_string(),
+            );
+        }
+        if let Some(t) = w.timeout_seconds
+            && !(MIN_REBOOT_TIMEOUT_SECONDS..=MAX_REBOOT_TIMEOUT_SECONDS).contains(&t)
+        {
+            problems.push(format!(
+                "spec.waitForReboot.timeoutSeconds is {t}; give {MIN_REBOOT_TIMEOUT_SECONDS} to {MAX_REBOOT_TIMEOUT_SECONDS} seconds (a week) or leave it unset for {DEFAULT_REBOOT_TIMEOUT_SECONDS}"
+            ));
+        }
     }
     if let Some(t) = spec.stage_timeout_seconds
         && !(1..=MAX_STAGE_TIMEOUT_SECONDS).contains(&t)

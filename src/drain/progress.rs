@@ -54,6 +54,11 @@ pub enum EventKind {
     /// says which are left).
     VolumesDetached,
     DrainCompleted,
+    /// A rolling maintenance's node is drained and keeps its slot until it
+    /// has booted again (`waitForReboot`).
+    AwaitingReboot,
+    /// That node booted again and is Ready: its turn is over.
+    RebootConfirmed,
     /// The drain could not finish in the time it had (a shutdown's budget
     /// ran out with pods left); what is left goes down with the node.
     DrainFailed,

@@ -122,6 +122,8 @@ fn translate(
         EventKind::ShutdownPreparing => on_node("ShutdownDelayed", "Normal", ev.message.clone()),
         EventKind::VolumesDetaching => on_node("WaitingForVolumes", "Normal", ev.message.clone()),
         EventKind::VolumesDetached => on_node("VolumesDetached", "Normal", ev.message.clone()),
+        EventKind::AwaitingReboot => on_node("AwaitingReboot", "Normal", ev.message.clone()),
+        EventKind::RebootConfirmed => on_node("RebootConfirmed", "Normal", ev.message.clone()),
         EventKind::StageTimedOut => on_node("DrainStageTimedOut", "Warning", ev.message.clone()),
         EventKind::PodEvicted => {
             let (ns, name) = pod();

@@ -65,17 +65,27 @@ pub fn contribute(effective: Option<&Effective>, desired: &mut Desired) {
         return;
     };
     desired.sources.push(e.describe());
-    if e.evict() {
+    // Back from its reboot but not Ready: it stays cordoned and evicts
+    // nothing (its pods came back with it) until it is Ready.
+    if e.evict() && !e.rebooted_not_ready {
         desired.evict = true;
         if let Some((name, max)) = &e.drain_slots {
             desired.stand_down_while_waiting.push(e.describe());
+            let what = if e.turn.is_some() {
+                format!(
+                    "a drain slot of NodeMaintenance {name} (at most {max} nodes drain and reboot at once)"
+                )
+            } else {
+                format!(
+                    "a drain slot of NodeMaintenance {name} (at most {max} nodes drain at once)"
+                )
+            };
             desired.slot_asks.push(super::SlotAsk {
                 group: format!("nm-{name}"),
                 max: *max,
-                release_when_drained: true,
-                what: format!(
-                    "a drain slot of NodeMaintenance {name} (at most {max} nodes drain at once)"
-                ),
+                release_when_drained: e.turn.is_none(),
+                turn: e.turn.clone(),
+                what,
             });
         }
         desired.policy |= e.planned;
@@ -401,6 +411,60 @@ mod tests {
         json!({"metadata": {"name": "node-a", "labels": {"pool": "gpu"}}})
     }
 
+    /// A rolling object whose turns end with a reboot: its slot is held
+    /// past Drained; once the node booted again it asks for nothing (Ready)
+    /// or for the cordon alone (not Ready yet), and a finished turn leaves
+    /// the object out for good.
+    #[test]
+    fn a_turn_that_ends_with_a_reboot_holds_its_slot_until_the_node_is_back() {
+        let spec = json!({"nodeName": "node-a", "stage": "Drain", "maxConcurrentDrains": 2,
+            "waitForReboot": {"timeoutSeconds": 60}});
+        let objs = [obj("roll", "2026-01-01T00:00:00Z", spec)];
+        let at = |annotations: Value, boot: &str, ready: bool| {
+            let mut n = node();
+            n["metadata"]["annotations"] = annotations;
+            n["status"] = json!({"nodeInfo": {"bootID": boot}, "conditions": [
+                {"type": "Ready", "status": if ready { "True" } else { "False" }}]});
+            let mut d = Desired::default();
+            contribute(evaluate(&objs, &n).effective.as_ref(), &mut d);
+            d
+        };
+        let fresh = at(json!({}), "boot-1", true);
+        assert!(fresh.evict);
+        let ask = &fresh.slot_asks[0];
+        assert!(!ask.release_when_drained, "the slot is held past Drained");
+        let turn = ask.turn.clone().expect("a turn");
+        assert_eq!((turn.uid.as_str(), turn.slots), ("roll", 2));
+        assert_eq!(turn.timeout, std::time::Duration::from_secs(60));
+        assert!(ask.what.contains("drain and reboot"), "{}", ask.what);
+
+        let started = crate::api::turns::start_patch(
+            &turn.record(&at_boot("boot-1"), "2026-11-26T04:00:00Z".parse().unwrap()),
+        );
+        assert_eq!(
+            at(started.clone(), "boot-1", true),
+            fresh,
+            "not rebooted yet"
+        );
+        let back = at(started.clone(), "boot-2", false);
+        assert!(
+            back.active() && !back.evict && back.slot_asks.is_empty(),
+            "{back:?}"
+        );
+        assert!(
+            !at(started, "boot-2", true).active(),
+            "rebooted and Ready: over"
+        );
+        let done = json!({crate::api::turns::DONE_ANNOTATION: "older roll"});
+        assert!(!at(done, "boot-1", true).active(), "recorded done: over");
+    }
+
+    fn at_boot(boot: &str) -> Value {
+        let mut n = node();
+        n["status"]["nodeInfo"]["bootID"] = json!(boot);
+        n
+    }
+
     #[test]
     fn bad_objects_are_reported_and_do_not_hide_good_ones() {
         let objs = [
@@ -512,6 +576,7 @@ mod tests {
                 group: "nm-m".into(),
                 max: 2,
                 release_when_drained: true,
+                turn: None,
                 what: "a drain slot of NodeMaintenance m (at most 2 nodes drain at once)".into(),
             }]
         );

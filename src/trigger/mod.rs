@@ -57,6 +57,9 @@ pub struct SlotAsk {
     /// NodeMaintenance's concurrent drains); otherwise it is held until
     /// the request ends (a reboot: the node is out of service until then).
     pub release_when_drained: bool,
+    /// A rolling NodeMaintenance whose turns end with a reboot: the slot
+    /// is held, and the node cordoned, until the node has booted again.
+    pub turn: Option<crate::api::turns::RebootTurn>,
     /// What the slot is, for the status: "a reboot slot".
     pub what: String,
 }
@@ -120,6 +123,7 @@ mod tests {
             group: group.into(),
             max: 1,
             release_when_drained,
+            turn: None,
             what: format!("a slot of {group}"),
         }
     }

@@ -118,7 +118,7 @@ fn on_node(sim: &SimState, node: &Value) {
         return;
     }
     let mut status = json!({
-        "nodeInfo": {"kubeletVersion": "v1.33.0", "kubeProxyVersion": "v1.33.0", "osImage": "Simulated Linux", "kernelVersion": "6.1.0-sim", "containerRuntimeVersion": "containerd://2.0.0", "operatingSystem": "linux", "architecture": "amd64"},
+        "nodeInfo": {"kubeletVersion": "v1.33.0", "kubeProxyVersion": "v1.33.0", "osImage": "Simulated Linux", "kernelVersion": "6.1.0-sim", "containerRuntimeVersion": "containerd://2.0.0", "operatingSystem": "linux", "architecture": "amd64", "bootID": meta::new_uid()},
         "addresses": [{"type": "InternalIP", "address": node_ip(meta::name(node))}, {"type": "Hostname", "address": meta::name(node)}],
     });
     if st["capacity"].is_null() {
@@ -396,4 +396,43 @@ fn sync_static_pods(sim: &SimState, root: &std::path::Path, stopping: &mut Stopp
         }
     }
     stopping.retain(|uid, _| mirrors.contains(uid));
+}
+
+/// The node reboots: its kubelet comes back with a new boot ID, NotReady
+/// while it starts, Ready `after` that. Pods stay bound, as after a real
+/// reboot. Returns the new boot ID, or None without such a node.
+pub fn reboot(sim: &Arc<SimState>, node: &str, after: Duration) -> Option<String> {
+    sim.store().get(&Gr::nodes(), "", node)?;
+    let boot = meta::new_uid();
+    set_ready(sim, node, false, Some(&boot));
+    let (sim, node) = (sim.clone(), node.to_string());
+    tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        set_ready(&sim, &node, true, None);
+    });
+    Some(boot)
+}
+
+/// Writes the node's Ready condition (and boot ID) as its kubelet does,
+/// leaving its other conditions as they are.
+fn set_ready(sim: &SimState, node: &str, ready: bool, boot: Option<&str>) {
+    let Some(current) = sim.store().get(&Gr::nodes(), "", node) else {
+        return;
+    };
+    let mut conditions: Vec<Value> = current["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    conditions.retain(|c| c["type"] != "Ready");
+    let (status, reason) = if ready {
+        ("True", "KubeletReady")
+    } else {
+        ("False", "KubeletNotReady")
+    };
+    conditions.push(json!({"type": "Ready", "status": status, "reason": reason, "message": "kubelet restarted with the node", "lastHeartbeatTime": now_time(), "lastTransitionTime": now_time()}));
+    let mut status = json!({"conditions": conditions});
+    if let Some(b) = boot {
+        status["nodeInfo"] = json!({"bootID": b});
+    }
+    verbs::write_status(sim, &Gr::nodes(), "", node, "kubelet", status);
 }

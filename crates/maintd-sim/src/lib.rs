@@ -283,6 +283,12 @@ impl SimCluster {
         store.get(&def.gr(), ns, meta::name(obj)).is_some()
     }
 
+    /// Reboots `node` (see [`kubelet::reboot`]): a new boot ID, NotReady for
+    /// `after`, then Ready. Returns the new boot ID.
+    pub fn reboot_node(&self, node: &str, after: std::time::Duration) -> Option<String> {
+        kubelet::reboot(&self.state, node, after)
+    }
+
     /// The admin's bearer token (`system:masters`).
     pub fn admin_token(&self) -> &str {
         &self.state.admin_token

@@ -1,0 +1,268 @@
+//! Turns of a rolling NodeMaintenance that end with a reboot
+//! (`spec.waitForReboot`): the agent records the node's boot ID when it
+//! takes its slot, says once drained that the turn waits for the reboot,
+//! and once the node has booted again and is Ready records the turn done.
+//! The object then no longer asks anything of the node: it is uncordoned,
+//! and only then gives its slot to the next node, so a rollout never has
+//! more nodes out of scheduling than it has slots. A node that does not
+//! boot again in time is said so, and held or let go as the object says.
+//!
+//! Everything is read from the Node (see [`crate::api::turns`]): an agent
+//! restarted by the reboot finds the turn there.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::reconcile::Reconciler;
+use crate::api::OnRebootTimeout;
+use crate::api::turns::{self, RebootTurn, TurnState};
+use crate::coordination::{DEFAULT_LEASE_DURATION, RebootSlots};
+use crate::drain::progress::{EventKind, Phase};
+
+/// Pause after a failed write, before the loop tries again.
+const RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// What the loop keeps about turns between wake-ups (said once, written
+/// one at a time).
+#[derive(Default)]
+pub(super) struct Turns {
+    /// A write to the Node's turn annotations, or a slot release, under way.
+    task: Option<tokio::task::JoinHandle<()>>,
+    /// Turns said to wait for their reboot (uids).
+    awaiting_said: HashSet<String>,
+    /// Turns said to be overdue (uids).
+    overdue_said: HashSet<String>,
+    /// Turns said to be over by a reboot (uids).
+    rebooted_said: HashSet<String>,
+    /// Finished turns whose slot this process gave back (or found not
+    /// held): filled by the release task on success.
+    pub(super) released: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Turns {
+    /// The task under way, for the loop to wait on.
+    pub(super) fn task(&mut self) -> &mut Option<tokio::task::JoinHandle<()>> {
+        &mut self.task
+    }
+
+    /// Notes that the slot of the finished turn `uid` is given back.
+    pub(super) fn released(&self, uid: &str) {
+        mark(&self.released, uid.to_string());
+    }
+
+    fn was_released(&self, uid: &str) -> bool {
+        self.released.lock().is_ok_and(|s| s.contains(uid))
+    }
+}
+
+fn mark(set: &Mutex<HashSet<String>>, uid: String) {
+    if let Ok(mut s) = set.lock() {
+        s.insert(uid);
+    }
+}
+
+impl Reconciler {
+    /// One look at the turns of the rolling maintenances that select this
+    /// node: starts, ends, warns, gives slots back. At most one write at a
+    /// time; the loop looks again when it ends.
+    pub(super) fn turn_step(&mut self) {
+        if self.turns.task.is_some() {
+            return;
+        }
+        let agent = self.agent.clone();
+        let Some(node) = agent.node.by_name(&agent.config.node) else {
+            return;
+        };
+        let node: &Value = &node;
+        let selecting: Vec<RebootTurn> = agent
+            .maintenance
+            .evaluate(node)
+            .valid
+            .iter()
+            .filter(|nm| nm.spec.stage == crate::api::Stage::Drain && crate::api::selects(nm, node))
+            .filter_map(RebootTurn::of)
+            .collect();
+        let held = self.slot.as_ref().and_then(|(ask, _)| ask.turn.clone());
+        // The slot is ours: the turn starts, at the node's boot now.
+        if let Some(t) = &held
+            && turns::state(&t.uid, node) == TurnState::NotStarted
+        {
+            let rec = t.record(node, jiff::Timestamp::now());
+            self.write_turn(
+                format!(
+                    "recording the start of its turn of NodeMaintenance {}",
+                    t.object
+                ),
+                move |n| {
+                    (turns::record(n).as_ref() != Some(&rec)).then(|| turns::start_patch(&rec))
+                },
+            );
+            return;
+        }
+        for t in &selecting {
+            match turns::state(&t.uid, node) {
+                TurnState::Rebooted(rec) => {
+                    if !self.turns.rebooted_said.insert(t.uid.clone()) {
+                        // Said; the record is written (or being retried).
+                        self.end_turn(t);
+                        return;
+                    }
+                    let p = agent.progress();
+                    let mut ev = p.event(EventKind::RebootConfirmed);
+                    ev.message = format!(
+                        "the node booted again (boot ID {} before, {} now) and is Ready: its turn of NodeMaintenance {} is over; it is uncordoned, then gives its slot to the next node",
+                        rec.boot_id,
+                        turns::boot_id(node).unwrap_or(""),
+                        t.object
+                    );
+                    p.emit(ev);
+                    self.end_turn(t);
+                    return;
+                }
+                TurnState::Started(rec) => {
+                    let drained = held.as_ref() == Some(t)
+                        && agent.progress().status().phase == Phase::Drained;
+                    if drained && self.turns.awaiting_said.insert(t.uid.clone()) {
+                        let p = agent.progress();
+                        let mut ev = p.event(EventKind::AwaitingReboot);
+                        ev.message = format!(
+                            "drained for NodeMaintenance {}: the node keeps its slot and stays cordoned until it has booted again (boot ID now {}) and is Ready, at most {} s after its turn started ({})",
+                            t.object,
+                            rec.boot_id,
+                            t.timeout.as_secs(),
+                            rec.since
+                        );
+                        p.emit(ev);
+                    }
+                    if overdue(&rec, t) && self.turns.overdue_said.insert(t.uid.clone()) {
+                        let what = match t.on_timeout {
+                            OnRebootTimeout::Hold => {
+                                "it stays cordoned and keeps its slot, so the rollout waits here (onTimeout: Hold); reboot the node, or set the object's stage to Complete"
+                            }
+                            OnRebootTimeout::Release => {
+                                "it is uncordoned and gives its slot to the next node without a reboot (onTimeout: Release)"
+                            }
+                        };
+                        agent.warn(format!(
+                            "the node has not booted again within {} s of starting its turn of NodeMaintenance {} (boot ID still {}): {what}",
+                            t.timeout.as_secs(),
+                            t.object,
+                            rec.boot_id
+                        ));
+                        agent.drainer.progress.update(|st| {
+                            st.last_error = Some(format!(
+                                "no reboot within {} s for NodeMaintenance {}",
+                                t.timeout.as_secs(),
+                                t.object
+                            ));
+                        });
+                    }
+                    if overdue(&rec, t) && t.on_timeout == OnRebootTimeout::Release {
+                        self.end_turn(t);
+                        return;
+                    }
+                }
+                TurnState::Done => {
+                    // The slot goes back once the node is uncordoned: from
+                    // the guard held, or (after a restart) from the Lease.
+                    if held.as_ref() != Some(t)
+                        && !agent.has_leftovers()
+                        && !self.turns.was_released(&t.uid)
+                    {
+                        self.release_turn_slot(t);
+                        return;
+                    }
+                }
+                TurnState::NotStarted | TurnState::RebootedNotReady(_) => {}
+            }
+        }
+    }
+
+    /// When the loop must look again for a turn that may run out of time.
+    pub(super) fn turn_timer(&self) -> Option<Instant> {
+        let node = self.agent.node.by_name(&self.agent.config.node)?;
+        let (ask, _) = self.slot.as_ref()?;
+        let t = ask.turn.as_ref()?;
+        let TurnState::Started(rec) = turns::state(&t.uid, &node) else {
+            return None;
+        };
+        if self.turns.overdue_said.contains(&t.uid) {
+            return None;
+        }
+        let left = deadline(&rec, t).duration_since(jiff::Timestamp::now());
+        let left = Duration::try_from(left).unwrap_or_default();
+        Some(crate::bounds::later(
+            Instant::now(),
+            left.saturating_add(Duration::from_millis(200)),
+        ))
+    }
+
+    /// Records the turn done: the object no longer asks anything of the
+    /// node, which is then uncordoned; the slot follows (see `slot_step`).
+    fn end_turn(&mut self, t: &RebootTurn) {
+        let uid = t.uid.clone();
+        self.write_turn(
+            format!("recording its turn of NodeMaintenance {} done", t.object),
+            move |n| (turns::state(&uid, n) != TurnState::Done).then(|| turns::done_patch(n, &uid)),
+        );
+    }
+
+    /// Writes the Node's turn annotations in the background.
+    fn write_turn(
+        &mut self,
+        what: String,
+        edit: impl FnMut(&Value) -> Option<Value> + Send + 'static,
+    ) {
+        let agent = self.agent.clone();
+        self.turns.task = Some(tokio::spawn(async move {
+            if let Err(e) = agent.drainer.ops.annotate(edit).await {
+                agent.warn(format!("{what}: {e}; will retry"));
+                tokio::time::sleep(RETRY_AFTER).await;
+            }
+        }));
+    }
+
+    /// Gives back the slot of a finished turn that this process does not
+    /// hold a guard for (it was taken before a restart).
+    fn release_turn_slot(&mut self, t: &RebootTurn) {
+        let agent = self.agent.clone();
+        let group = format!("nm-{}", t.object);
+        let (uid, slots) = (t.uid.clone(), t.slots);
+        let released = self.turns.released.clone();
+        let (client, namespace, node) = agent.slot_context();
+        self.turns.task = Some(tokio::spawn(async move {
+            let slots = RebootSlots::for_node(
+                client,
+                &namespace,
+                &node,
+                &group,
+                slots,
+                DEFAULT_LEASE_DURATION,
+            );
+            match slots.release(&agent.config.node).await {
+                Ok(_) => mark(&released, uid),
+                Err(e) => {
+                    agent.warn(format!(
+                        "giving back the slot of a finished turn: {e}; will retry"
+                    ));
+                    tokio::time::sleep(RETRY_AFTER).await;
+                }
+            }
+        }));
+    }
+}
+
+/// When the turn `rec` runs out of time.
+fn deadline(rec: &turns::TurnRecord, t: &RebootTurn) -> jiff::Timestamp {
+    rec.since
+        .checked_add(jiff::SignedDuration::try_from(t.timeout).unwrap_or_default())
+        .unwrap_or(rec.since)
+}
+
+fn overdue(rec: &turns::TurnRecord, t: &RebootTurn) -> bool {
+    jiff::Timestamp::now() >= deadline(rec, t)
+}

@@ -1,0 +1,352 @@
+//! A rolling NodeMaintenance whose turns end with a reboot
+//! (`maxConcurrentDrains` with `waitForReboot`): a node is cordoned when it
+//! takes its slot, keeps it until it has booted again and is Ready, and is
+//! uncordoned before the slot goes to the next node. The agents run with
+//! the rights deploy/ gives them; the Node watch is kubectl's.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use common::agent::RunningAgent;
+use common::kubectl::Kubectl;
+use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::discovery::ApiResource;
+use maintd::drain::progress::{EventKind, Phase};
+use maintd_sim::SimCluster;
+use serde_json::{Value, json};
+
+fn nodemaintenances(client: &kube::Client) -> Api<DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &ApiResource {
+            group: "maintd.io".into(),
+            version: "v1alpha1".into(),
+            api_version: "maintd.io/v1alpha1".into(),
+            kind: "NodeMaintenance".into(),
+            plural: "nodemaintenances".into(),
+        },
+    )
+}
+
+/// `n` nodes labelled pool=blue, each with two pods that stop in 0.2 s,
+/// maintd's CRDs and namespace.
+async fn pool(n: usize) -> (SimCluster, Vec<String>) {
+    let sim = sim().await;
+    let client = sim.client();
+    install_crds(&client).await;
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "maintd"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut names = Vec::new();
+    for i in 0..n {
+        let name = format!("node-{i}");
+        let mut node = node_json(&name);
+        node["metadata"]["labels"]["pool"] = json!("blue");
+        Api::<Node>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(node).unwrap(),
+            )
+            .await
+            .unwrap();
+        for p in 0..2 {
+            let mut pod = pod_json("default", &format!("{name}-p{p}"), &name, json!({}));
+            pod["metadata"]["annotations"] = json!({"sim.maintd.io/shutdown-seconds": "0.2"});
+            post_pod(&sim, &pod).await;
+        }
+        names.push(name);
+    }
+    sim.wait_settled(Duration::from_secs(30)).await.unwrap();
+    (sim, names)
+}
+
+async fn create_roll(
+    client: &kube::Client,
+    name: &str,
+    max: i32,
+    wait_for_reboot: Value,
+) -> String {
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"pool": "blue"}},
+            "stage": "Drain",
+            "maxConcurrentDrains": max,
+            "waitForReboot": wait_for_reboot,
+        },
+    }))
+    .unwrap();
+    let made = nodemaintenances(client)
+        .create(&PostParams::default(), &obj)
+        .await
+        .unwrap();
+    made.metadata.uid.unwrap()
+}
+
+async fn node(client: &kube::Client, name: &str) -> Value {
+    serde_json::to_value(Api::<Node>::all(client.clone()).get(name).await.unwrap()).unwrap()
+}
+
+fn unschedulable(node: &Value) -> bool {
+    node["spec"]["unschedulable"] == true
+}
+
+fn done_for(node: &Value, uid: &str) -> bool {
+    maintd::api::turns::done(node).iter().any(|u| u == uid)
+}
+
+/// Who holds the slot Leases of NodeMaintenance `name` now.
+async fn slot_holders(client: &kube::Client, name: &str) -> Vec<String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "maintd");
+    leases
+        .list(&ListParams::default().labels(&format!("maintd.io/reboot-group=nm-{name}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|l| l.spec.and_then(|s| s.holder_identity))
+        .collect()
+}
+
+/// The most nodes a `kubectl get nodes --watch` saw unschedulable at once.
+fn most_unschedulable_at_once(seen: &[Value]) -> usize {
+    let mut now: BTreeMap<String, bool> = BTreeMap::new();
+    let mut most = 0;
+    for o in seen {
+        let name = o["metadata"]["name"].as_str().unwrap_or("").to_string();
+        now.insert(name, unschedulable(o));
+        most = most.max(now.values().filter(|u| **u).count());
+    }
+    most
+}
+
+/// Eight nodes, two slots: each node is cordoned as it takes a slot, is
+/// drained, waits for its reboot, and is uncordoned before the slot goes
+/// on; the Node watch never sees more than two unschedulable. Half the
+/// nodes reboot as a real node does (their agent dies with them and a new
+/// one starts), half with their agent running on. Each node's first writes
+/// after its reboot fail, so its uncordon is slow to land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_maintenance_over_eight_nodes_keeps_at_most_two_unschedulable_and_reboots_each() {
+    let (sim, names) = pool(8).await;
+    let client = sim.client();
+    let kubectl = Kubectl::new(&sim);
+    let watch = kubectl.watch_json(&["nodes"]);
+    let mut agents: HashMap<String, RunningAgent> = names
+        .iter()
+        .map(|n| (n.clone(), RunningAgent::start(&sim, n, None)))
+        .collect();
+    let uid = create_roll(&client, "roll", 2, json!({"timeoutSeconds": 600})).await;
+
+    // The updater's part: reboot each node once it is drained and holds
+    // its turn (its boot ID is the one its turn started at).
+    let mut rebooted: HashMap<String, String> = HashMap::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut all_done = true;
+        for name in &names {
+            let n = node(&client, name).await;
+            if done_for(&n, &uid) {
+                continue;
+            }
+            all_done = false;
+            let turn = maintd::api::turns::record(&n);
+            let drained = agents[name].progress.status().phase == Phase::Drained;
+            if drained
+                && !rebooted.contains_key(name)
+                && turn.as_ref().is_some_and(|t| {
+                    t.uid == uid && Some(t.boot_id.as_str()) == maintd::api::turns::boot_id(&n)
+                })
+            {
+                let restart = name.ends_with(['0', '2', '4', '6']);
+                if restart {
+                    agents.remove(name).unwrap().stop().await;
+                }
+                // The node's first writes after its reboot fail: its
+                // uncordon comes late, and the slot must wait for it.
+                sim.state
+                    .faults
+                    .fail_writes(&format!("/api/v1/nodes/{name}"), 500, 2);
+                let boot = sim.reboot_node(name, Duration::from_millis(300)).unwrap();
+                rebooted.insert(name.clone(), boot);
+                if restart {
+                    agents.insert(name.clone(), RunningAgent::start(&sim, name, None));
+                }
+            }
+        }
+        if all_done {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the rollout did not finish: rebooted {:?}; holders {:?}",
+            rebooted.keys().collect::<Vec<_>>(),
+            slot_holders(&client, "roll").await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(rebooted.len(), 8, "every node rebooted once: {rebooted:?}");
+    // Every node is back in scheduling, its turn recorded done, no slot held.
+    eventually("every node is uncordoned and no slot is held", || {
+        let (c, names) = (client.clone(), names.clone());
+        async move {
+            let mut all = slot_holders(&c, "roll").await.is_empty();
+            for name in &names {
+                let n = node(&c, name).await;
+                all &= !unschedulable(&n) && maintd::api::turns::record(&n).is_none();
+            }
+            all
+        }
+    })
+    .await;
+    // Each node was drained: its pods were evicted.
+    let evicted: Vec<String> = sim
+        .state
+        .audit
+        .entries()
+        .into_iter()
+        .filter(|e| e.verb == "evict" && e.code == 201)
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(evicted.len(), 16, "{evicted:?}");
+    // The agents that ran on through the reboot said it.
+    for name in ["node-1", "node-3", "node-5", "node-7"] {
+        let a = &agents[name];
+        assert_eq!(a.count(EventKind::AwaitingReboot), 1, "{name}");
+        assert_eq!(a.count(EventKind::RebootConfirmed), 1, "{name}");
+    }
+    // A node back after its reboot did not start another turn.
+    for name in ["node-0", "node-2", "node-4", "node-6"] {
+        assert_eq!(agents[name].count(EventKind::AwaitingReboot), 0, "{name}");
+    }
+    // kubectl's Node watch never saw more than two out of scheduling.
+    let seen = watch.seen.lock().unwrap().clone();
+    assert!(
+        seen.iter().filter(|o| unschedulable(o)).count() >= 8,
+        "the watch saw the cordons: {}",
+        seen.len()
+    );
+    let most = most_unschedulable_at_once(&seen);
+    assert!(
+        (1..=2).contains(&most),
+        "at most 2 unschedulable at once, saw {most}"
+    );
+    for (_, a) in agents {
+        a.stop().await;
+    }
+}
+
+/// A node that does not boot again in time: with `onTimeout: Hold` it
+/// stays cordoned and keeps its slot (the next node waits), with a Warning
+/// naming the object; once the object says `Release`, it is uncordoned
+/// and the next node takes its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_does_not_reboot_in_time_holds_the_rollout_or_lets_it_go_as_configured() {
+    let (sim, names) = pool(2).await;
+    let client = sim.client();
+    let agents: Vec<RunningAgent> = names
+        .iter()
+        .map(|n| RunningAgent::start(&sim, n, None))
+        .collect();
+    let uid = create_roll(&client, "slow", 1, json!({"timeoutSeconds": 5})).await;
+    // Whichever node takes the slot first drains, then waits for a reboot
+    // that never comes.
+    let warned = |a: &RunningAgent| {
+        a.events().iter().any(|e| {
+            e.event == EventKind::Warning
+                && e.message.contains("has not booted again within 5 s")
+                && e.message.contains("NodeMaintenance slow")
+                && e.message.contains("onTimeout: Hold")
+        })
+    };
+    eventually("one node says its reboot is overdue", || {
+        let found = agents.iter().any(warned);
+        async move { found }
+    })
+    .await;
+    let (first, second) = if warned(&agents[0]) { (0, 1) } else { (1, 0) };
+    let (first_name, second_name) = (&names[first], &names[second]);
+    assert!(
+        unschedulable(&node(&client, first_name).await),
+        "held cordoned"
+    );
+    assert_eq!(
+        slot_holders(&client, "slow").await,
+        vec![first_name.clone()]
+    );
+    assert!(
+        !unschedulable(&node(&client, second_name).await),
+        "the next waits, schedulable"
+    );
+    assert_eq!(agents[first].progress.status().phase, Phase::Drained);
+    assert!(
+        agents[second]
+            .progress
+            .status()
+            .waiting
+            .as_deref()
+            .is_some_and(|w| w.contains("held by")),
+        "{:?}",
+        agents[second].progress.status()
+    );
+    assert!(
+        agents[first]
+            .progress
+            .status()
+            .last_error
+            .is_some_and(|e| e.contains("no reboot within 5 s"))
+    );
+
+    // Release: the held node lets go without a reboot, and the next one
+    // takes its turn.
+    nodemaintenances(&client)
+        .patch(
+            "slow",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"waitForReboot": {"timeoutSeconds": 5, "onTimeout": "Release"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let c = client.clone();
+    let (f, s) = (first_name.clone(), second_name.clone());
+    let u = uid.clone();
+    eventually("the held node is let go and the next one drains", || {
+        let (c, f, s, u) = (c.clone(), f.clone(), s.clone(), u.clone());
+        async move {
+            let fnode = node(&c, &f).await;
+            done_for(&fnode, &u) && !unschedulable(&fnode) && unschedulable(&node(&c, &s).await)
+        }
+    })
+    .await;
+    // The second node's own turn runs out the same way, and the rollout
+    // ends with both uncordoned and no slot held.
+    let c = client.clone();
+    eventually_within("both turns over", Duration::from_secs(40), || {
+        let (c, u, names) = (c.clone(), uid.clone(), names.clone());
+        async move {
+            let mut all = true;
+            for n in &names {
+                let v = node(&c, n).await;
+                all &= done_for(&v, &u) && !unschedulable(&v);
+            }
+            all && slot_holders(&c, "slow").await.is_empty()
+        }
+    })
+    .await;
+    assert_eq!(agents[first].count(EventKind::RebootConfirmed), 0);
+    for a in agents {
+        a.stop().await;
+    }
+}
