@@ -95,6 +95,11 @@ pub struct AgentArgs {
     /// deadline); 0 does not wait.
     #[arg(long, env = "MAINTD_VOLUME_DETACH_TIMEOUT", default_value_t = 300.0)]
     pub volume_detach_timeout_seconds: f64,
+    /// A node that drained for a FleetLock reboot and has not booted again
+    /// keeps its slot and stays drained this many seconds after its
+    /// pre-reboot; past that, its steady-state is honoured, with a Warning.
+    #[arg(long, env = "MAINTD_REBOOT_TIMEOUT", default_value_t = 3600.0)]
+    pub reboot_timeout_seconds: f64,
     /// The D-Bus address of logind's bus; default: the system bus
     /// (DBUS_SYSTEM_BUS_ADDRESS, or /run/dbus/system_bus_socket).
     #[arg(long, env = "MAINTD_LOGIND_BUS")]
@@ -161,6 +166,8 @@ pub struct Config {
     pub eviction_requests: crate::drain::eviction_requests::Mode,
     /// How long a drain waits for its pods' volumes to detach.
     pub volume_detach_timeout: Duration,
+    /// How long a FleetLock slot waits for its node's reboot.
+    pub reboot_timeout: Duration,
     /// The node helper that holds the lock and the manifests (None: the
     /// agent itself).
     pub node_helper: Option<PathBuf>,
@@ -365,7 +372,17 @@ impl AgentArgs {
                 ),
             });
         }
+        if !(60.0..=604_800.0).contains(&self.reboot_timeout_seconds) {
+            return Err(ConfigError::Invalid {
+                name: "--reboot-timeout-seconds",
+                why: format!(
+                    "{} is not 60 to 604800 seconds (a week)",
+                    self.reboot_timeout_seconds
+                ),
+            });
+        }
         Ok(Config {
+            reboot_timeout: Duration::from_secs_f64(self.reboot_timeout_seconds),
             notify_blocked_after: Duration::from_secs_f64(self.notify_blocked_after_seconds),
             notify_urls,
             policy,
@@ -415,6 +432,7 @@ impl Config {
             medik8s: false,
             eviction_requests: Default::default(),
             volume_detach_timeout: crate::drain::executor::DEFAULT_VOLUME_DETACH_TIMEOUT,
+            reboot_timeout: crate::fleetlock::DEFAULT_REBOOT_TIMEOUT,
             node_helper: None,
             api: ApiSettings::default(),
             policy: crate::policy::Policy::default(),

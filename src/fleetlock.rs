@@ -46,6 +46,9 @@ pub mod kind {
     pub const FAILED_LOCK: &str = "failed_lock";
     /// Undoing the drain or releasing the slot failed.
     pub const FAILED_UNLOCK: &str = "failed_unlock";
+    /// steady-state from a node that has not booted since its pre-reboot:
+    /// it stays drained and keeps its slot (until the reboot timeout).
+    pub const NOT_REBOOTED: &str = "failed_unlock_not_rebooted";
     /// The agent's policy holds planned drains back now (outside the
     /// maintenance window, a blocking pod runs, an alert fires); `value`
     /// says which and until when.
@@ -170,7 +173,22 @@ pub trait DrainControl: Send + Sync {
     fn hold(&self) -> Option<String> {
         None
     }
+    /// The node's boot ID now (`status.nodeInfo.bootID`), if known.
+    fn boot_id(&self) -> Option<String> {
+        None
+    }
+    /// How long after its pre-reboot a node that has not booted again is
+    /// still refused its steady-state.
+    fn reboot_timeout(&self) -> std::time::Duration {
+        DEFAULT_REBOOT_TIMEOUT
+    }
+    /// Says that a slot is given back without a reboot (a Warning).
+    fn overdue(&self, _message: String) {}
 }
+
+/// How long a node that has not booted since its pre-reboot keeps its
+/// slot and drain, unless the agent is told otherwise.
+pub const DEFAULT_REBOOT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Picks the slots for a request's group (the lead maps a control-plane node
 /// to its own group here, e.g. with [`RebootSlots::for_node`]).
@@ -287,6 +305,41 @@ impl<D: DrainControl> FleetLock<D> {
             Err(reply) => return reply,
         };
         let mut held = self.held.lock().await;
+        let slots = (self.slots_for)(&params.group);
+        // Honoured once the node booted since its pre-reboot; before that,
+        // only past the reboot timeout, and said.
+        let mut without_reboot = None;
+        if let (Ok(Some((Some(then), since))), Some(now)) =
+            (slots.held_at(&self.node).await, self.drain.boot_id())
+            && then == now
+        {
+            let timeout = self.drain.reboot_timeout();
+            let until = since.and_then(|t| {
+                t.checked_add(jiff::SignedDuration::try_from(timeout).ok()?)
+                    .ok()
+            });
+            match until {
+                Some(until) if jiff::Timestamp::now() < until => {
+                    return Reply::new(
+                        409,
+                        kind::NOT_REBOOTED,
+                        format!(
+                            "node {} has not booted since its pre-reboot (boot ID still {now}): it stays drained and keeps its reboot slot until it has, or until {until}",
+                            self.node
+                        ),
+                    );
+                }
+                _ => {
+                    let message = format!(
+                        "FleetLock steady-state from node {} without a reboot (boot ID still {now}) more than {} s after its pre-reboot: the drain is undone and the reboot slot given back",
+                        self.node,
+                        timeout.as_secs()
+                    );
+                    self.drain.overdue(message.clone());
+                    without_reboot = Some(message);
+                }
+            }
+        }
         // The slot stays held until the drain is undone, so that the next
         // node does not start while this one is still cordoned.
         if let Err(e) = self.drain.undo().await {
@@ -294,13 +347,16 @@ impl<D: DrainControl> FleetLock<D> {
         }
         let released = match held.take() {
             Some(guard) => guard.release().await,
-            None => (self.slots_for)(&params.group).release(&self.node).await,
+            None => slots.release(&self.node).await,
         };
         match released {
             Ok(_) => Reply::new(
                 200,
                 kind::SUCCESS,
-                format!("node {} holds no reboot slot", self.node),
+                match without_reboot {
+                    Some(why) => format!("node {} holds no reboot slot; {why}", self.node),
+                    None => format!("node {} holds no reboot slot", self.node),
+                },
             ),
             Err(e) => Reply::new(500, kind::FAILED_UNLOCK, e.to_string()),
         }

@@ -80,6 +80,9 @@ pub struct Metrics {
     /// Notifications (`--notify-url`) by outcome: sent, failed (after its
     /// tries), dropped (the receiver's queue was full).
     pub notifications: Family<Labels, Counter>,
+    /// Reboots a drain waited for, by outcome: confirmed (a new boot ID),
+    /// overdue (none in time).
+    pub reboots: Family<Labels, Counter>,
     /// Pods refused now, by namespace and the budget that refuses them
     /// (empty when the refusal names none); a budget's series stays at 0
     /// once it no longer blocks, until the drain is undone.
@@ -210,6 +213,17 @@ impl Metrics {
                 .get_or_create(&vec![("outcome".into(), outcome.into())])
                 .inc_by(0);
         }
+        let reboots = Family::<Labels, Counter>::default();
+        registry.register(
+            "maintd_reboots",
+            "Reboots a drain waited for (a rolling maintenance's turn, a FleetLock slot), by outcome: confirmed (the node booted again), overdue (it did not in time)",
+            reboots.clone(),
+        );
+        for outcome in ["confirmed", "overdue"] {
+            reboots
+                .get_or_create(&vec![("outcome".into(), outcome.into())])
+                .inc_by(0);
+        }
         let pods_blocked = Family::<Labels, Gauge>::default();
         registry.register(
             "maintd_pods_blocked",
@@ -256,6 +270,7 @@ impl Metrics {
             http_connections,
             http_connections_refused,
             notifications,
+            reboots,
             pods_blocked,
             blocked_seen: Mutex::default(),
             started: Mutex::new(None),
@@ -306,6 +321,16 @@ impl Metrics {
             }
             EventKind::PodEvicted => outcome("evicted"),
             EventKind::PodBlocked => outcome("blocked"),
+            EventKind::RebootConfirmed | EventKind::RebootOverdue => {
+                let o = if ev.event == EventKind::RebootConfirmed {
+                    "confirmed"
+                } else {
+                    "overdue"
+                };
+                self.reboots
+                    .get_or_create(&vec![("outcome".into(), o.into())])
+                    .inc();
+            }
             EventKind::PodError => outcome("error"),
             _ => {}
         }

@@ -263,7 +263,7 @@ async fn a_node_that_does_not_reboot_in_time_holds_the_rollout_or_lets_it_go_as_
     // that never comes.
     let warned = |a: &RunningAgent| {
         a.events().iter().any(|e| {
-            e.event == EventKind::Warning
+            e.event == EventKind::RebootOverdue
                 && e.message.contains("has not booted again within 5 s")
                 && e.message.contains("NodeMaintenance slow")
                 && e.message.contains("onTimeout: Hold")

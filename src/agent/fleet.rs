@@ -63,6 +63,21 @@ impl DrainControl for AgentDrain {
         })
     }
 
+    fn boot_id(&self) -> Option<String> {
+        self.agent.boot_id()
+    }
+
+    fn reboot_timeout(&self) -> Duration {
+        self.agent.config.reboot_timeout
+    }
+
+    fn overdue(&self, message: String) {
+        let p = self.agent.progress();
+        let mut ev = p.event(crate::drain::progress::EventKind::RebootOverdue);
+        ev.message = message;
+        p.emit(ev);
+    }
+
     fn hold(&self) -> Option<String> {
         let pods = self.agent.drainer.pods.all();
         let hold = self
@@ -89,6 +104,15 @@ impl DrainControl for AgentDrain {
 }
 
 impl Agent {
+    /// The node's boot ID now, as its kubelet reports it (None until the
+    /// node is known).
+    pub(super) fn boot_id(&self) -> Option<String> {
+        let node = self.node.by_name(&self.config.node)?;
+        crate::api::turns::boot_id(&node)
+            .filter(|b| !b.is_empty())
+            .map(str::to_string)
+    }
+
     /// What reboot slots are taken with: the client, the agent's namespace
     /// (where the slot Leases live; `maintd` outside a pod) and this Node.
     pub(super) fn slot_context(&self) -> (kube::Client, String, Node) {
@@ -108,8 +132,12 @@ impl Agent {
         let (client, namespace, node) = self.slot_context();
         let max = self.config.reboot_slots;
         let (c, ns) = (client.clone(), namespace.clone());
+        let agent = self.clone();
+        // The boot ID is read when a slot is taken: at start the node may
+        // not be known yet.
         let slots_for = Box::new(move |group: &str| {
             RebootSlots::for_node(c.clone(), &ns, &node, group, max, DEFAULT_LEASE_DURATION)
+                .noting_boot(agent.boot_id())
         });
         let drain = AgentDrain {
             local: self.local.clone(),
@@ -173,7 +201,8 @@ impl Agent {
             &ask.group,
             ask.max,
             DEFAULT_LEASE_DURATION,
-        );
+        )
+        .noting_boot(self.boot_id());
         let agent = self.clone();
         let report = Arc::new(move |why: String| {
             agent.say_waiting(Some((crate::policy::HoldKind::Slot, why)));

@@ -147,12 +147,15 @@ impl Reconciler {
                                 "it is uncordoned and gives its slot to the next node without a reboot (onTimeout: Release)"
                             }
                         };
-                        agent.warn(format!(
+                        let p = agent.progress();
+                        let mut ev = p.event(EventKind::RebootOverdue);
+                        ev.message = format!(
                             "the node has not booted again within {} s of starting its turn of NodeMaintenance {} (boot ID still {}): {what}",
                             t.timeout.as_secs(),
                             t.object,
                             rec.boot_id
-                        ));
+                        );
+                        p.emit(ev);
                         agent.drainer.progress.update(|st| {
                             st.last_error = Some(format!(
                                 "no reboot within {} s for NodeMaintenance {}",

@@ -116,9 +116,34 @@ pub fn renewed(current: &Lease, now: Timestamp) -> Lease {
     lease
 }
 
+/// The annotation a slot taken for a reboot carries: the holder's boot ID
+/// (`status.nodeInfo.bootID`) when it took the slot, so that whoever gives
+/// the slot back can tell whether the node rebooted since.
+pub const BOOT_ANNOTATION: &str = "maintd.io/boot-id";
+
+/// `lease` noting the boot ID its holder took it at (None: none known).
+pub fn with_boot(mut lease: Lease, boot: Option<&str>) -> Lease {
+    let annotations = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    match boot.filter(|b| !b.is_empty()) {
+        Some(b) => annotations.insert(BOOT_ANNOTATION.to_string(), b.to_string()),
+        None => annotations.remove(BOOT_ANNOTATION),
+    };
+    lease
+}
+
+/// The boot ID `lease`'s holder took it at, if noted.
+pub fn boot_of(lease: &Lease) -> Option<&str> {
+    lease
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(BOOT_ANNOTATION)
+        .map(String::as_str)
+}
+
 /// `current` with its holder cleared (resourceVersion kept).
 pub fn released(current: &Lease) -> Lease {
-    let mut lease = current.clone();
+    let mut lease = with_boot(current.clone(), None);
     if let Some(labels) = lease.metadata.labels.as_mut() {
         labels.remove(HOLDER_LABEL);
     }

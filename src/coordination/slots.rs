@@ -28,6 +28,9 @@ pub struct RebootSlots {
     lease_duration: Duration,
     /// Control-plane slots check the quorum guard before taking a slot.
     control_plane: bool,
+    /// The taker's boot ID, noted on a slot it takes (see
+    /// [`lease::BOOT_ANNOTATION`]).
+    boot_id: Option<String>,
     local: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -48,6 +51,7 @@ impl RebootSlots {
             max_holders: max_holders.max(1),
             lease_duration,
             control_plane: false,
+            boot_id: None,
             local: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
@@ -71,6 +75,31 @@ impl RebootSlots {
         } else {
             Self::new(client, namespace, group, max_holders, lease_duration)
         }
+    }
+
+    /// Slots that note `boot_id` as the taker's boot ID when taken.
+    pub fn noting_boot(mut self, boot_id: Option<String>) -> Self {
+        self.boot_id = boot_id;
+        self
+    }
+
+    /// The slot `node` holds, if any: the boot ID it was taken at (if
+    /// noted) and when it was taken.
+    pub async fn held_at(
+        &self,
+        node: &str,
+    ) -> Result<Option<(Option<String>, Option<Timestamp>)>, CoordinationError> {
+        let now = Timestamp::now();
+        Ok(self
+            .read_candidates(node)
+            .await?
+            .into_iter()
+            .filter_map(|(_, l)| l)
+            .find(|l| matches!(lease::slot_state(l, now), SlotState::Held { ref holder, .. } if holder == node))
+            .map(|l| {
+                let since = l.spec.as_ref().and_then(|s| s.acquire_time.as_ref()).map(|t| t.0);
+                (lease::boot_of(&l).map(str::to_string), since)
+            }))
     }
 
     /// The group these slots belong to.
@@ -210,18 +239,22 @@ impl RebootSlots {
         let mut holders = Vec::new();
         for (name, lease) in slots {
             let attempt = match &lease {
-                None => lease::new_held(
-                    &name,
-                    &self.namespace,
-                    &self.group,
-                    node,
-                    self.lease_duration,
-                    now,
+                None => lease::with_boot(
+                    lease::new_held(
+                        &name,
+                        &self.namespace,
+                        &self.group,
+                        node,
+                        self.lease_duration,
+                        now,
+                    ),
+                    self.boot_id.as_deref(),
                 ),
                 Some(current) => match lease::slot_state(current, now) {
-                    SlotState::Free | SlotState::Held { expired: true, .. } => {
-                        lease::taken_over(current, node, self.lease_duration, now)
-                    }
+                    SlotState::Free | SlotState::Held { expired: true, .. } => lease::with_boot(
+                        lease::taken_over(current, node, self.lease_duration, now),
+                        self.boot_id.as_deref(),
+                    ),
                     SlotState::Held { holder, .. } => {
                         holders.push(Holder { holder, slot: name });
                         continue;

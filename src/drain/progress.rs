@@ -59,6 +59,10 @@ pub enum EventKind {
     AwaitingReboot,
     /// That node booted again and is Ready: its turn is over.
     RebootConfirmed,
+    /// A node that drained for a reboot has not booted again in time (a
+    /// rolling maintenance's turn, a FleetLock slot): what happens is in
+    /// the message.
+    RebootOverdue,
     /// The drain could not finish in the time it had (a shutdown's budget
     /// ran out with pods left); what is left goes down with the node.
     DrainFailed,

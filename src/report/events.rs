@@ -124,6 +124,7 @@ fn translate(
         EventKind::VolumesDetached => on_node("VolumesDetached", "Normal", ev.message.clone()),
         EventKind::AwaitingReboot => on_node("AwaitingReboot", "Normal", ev.message.clone()),
         EventKind::RebootConfirmed => on_node("RebootConfirmed", "Normal", ev.message.clone()),
+        EventKind::RebootOverdue => on_node("RebootOverdue", "Warning", ev.message.clone()),
         EventKind::StageTimedOut => on_node("DrainStageTimedOut", "Warning", ev.message.clone()),
         EventKind::PodEvicted => {
             let (ns, name) = pod();
