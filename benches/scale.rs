@@ -6,19 +6,32 @@
 //!
 //! (a) idle for `MAINTD_SCALE_IDLE_SECONDS` (default 60; the simulator
 //!     sends a bookmark a minute, as an API server does);
-//! (b) a rolling drain: one NodeMaintenance selecting all N nodes moves to
-//!     Drain with `maxConcurrentDrains` a tenth of N, so a tenth of the
-//!     nodes drain at once, each taking a drain slot and giving it back
-//!     once drained; `MAINTD_SCALE_PODS` pods a node (default 3).
+//! (b) a rolling reboot: one NodeMaintenance selecting all N nodes moves to
+//!     Drain with `maxConcurrentDrains` a tenth of N and
+//!     `waitForReboot` (600 s), so a tenth of the nodes take their turn at
+//!     once: a node takes a slot, is cordoned and drained, and keeps slot
+//!     and cordon until it has rebooted; then it is uncordoned and the slot
+//!     goes to the next node. The bench is the updater: it reboots a node
+//!     (NotReady for 200 ms, then Ready with a new boot ID) once its
+//!     NodeDrain says Drained and its turn record holds its current boot
+//!     ID. The rollout is over when every node lists the object as done
+//!     and is schedulable. `MAINTD_SCALE_PODS` pods a node (default 3).
 //!
 //! Per N it prints requests per agent per minute (idle), requests, watch
-//! events and bytes received per agent (idle and drain), the largest
-//! NodeMaintenance and NodeDrain objects, the simulator's CPU time and the
-//! agents', the process's memory before and with the agents, and the
-//! rolling drain's wall time. Then the smallest N again with three times
-//! the pods, to tell the requests per pod from the constant, and the
-//! figures the design holds to, each with whether it holds. Run with
-//! `cargo bench --bench scale`.
+//! events and bytes received per agent (idle and rolling reboot), the
+//! largest NodeMaintenance and NodeDrain objects, the simulator's CPU time
+//! and the agents', the process's memory before and with the agents. Of
+//! the rolling reboot, from a look at the store's Nodes every 50 ms: the
+//! fleet's wall time (first node cordoned to last uncordoned) against its
+//! ideal (every node's time unschedulable, added up, over the slots), the
+//! most nodes unschedulable at once against the slots, each step of a
+//! turn, and where the slots stood idle. It panics, with no figures, if
+//! the rollout does not finish in 1200 s, if a node was never seen
+//! cordoned, or if the wall time beats its ideal (only possible with more
+//! nodes out of scheduling than slots, or a wrong measurement). Then the
+//! smallest N again with three times the pods, to tell the requests per
+//! pod from the constant, and the figures the design holds to, each with
+//! whether it holds. Run with `cargo bench --bench scale`.
 
 use std::time::{Duration, Instant};
 
@@ -189,13 +202,372 @@ struct Row {
     idle_secs: f64,
     drain: Usage,
     drain_secs: f64,
-    drained: usize,
+    /// Nodes whose turn of the rolling reboot is done.
+    done: usize,
+    rollout: Rollout,
     largest_nm: usize,
     largest_nd: usize,
     sim_cpu: f64,
     agents_cpu: f64,
     rss_sim_kib: u64,
     rss_with_agents_kib: u64,
+}
+
+/// The rolling reboot as the bench saw it, looking at the Nodes, NodeDrains
+/// and slot Leases in the simulator's store every 50 ms.
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+struct Rollout {
+    /// The object's `maxConcurrentDrains`.
+    slots: usize,
+    /// From the first node seen cordoned to the last seen uncordoned.
+    wall_secs: f64,
+    /// Every node's time unschedulable, added up.
+    unschedulable_secs: f64,
+    /// The most nodes seen unschedulable in one look.
+    most_unschedulable: usize,
+    /// Nodes never seen cordoned: their time is not measured.
+    never_cordoned: usize,
+    /// Nodes seen cordoned more than once (a turn taken again).
+    cordoned_again: usize,
+    /// How far apart the looks were, ms.
+    look_mean_ms: f64,
+    look_max_ms: f64,
+    /// The fewest and most nodes one slot was held by.
+    holds_per_slot: (usize, usize),
+    /// Where a node's turn goes, step by step.
+    steps: Vec<Step>,
+    /// Slot-seconds a slot had no node out of scheduling, by why; together
+    /// they are `wall_secs × slots − unschedulable_secs`.
+    idle: Vec<(String, f64)>,
+}
+
+/// One step of the nodes' turns: how long it took, over the nodes (or
+/// slot handovers) it was seen for, in seconds.
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+struct Step {
+    what: String,
+    count: usize,
+    mean: f64,
+    p50: f64,
+    p90: f64,
+    max: f64,
+}
+
+impl Step {
+    fn of(what: &str, mut v: Vec<f64>) -> Step {
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| {
+            v.get(((v.len().saturating_sub(1)) as f64 * q).round() as usize)
+                .copied()
+                .unwrap_or(0.0)
+        };
+        Step {
+            what: what.to_string(),
+            count: v.len(),
+            mean: v.iter().sum::<f64>() / v.len().max(1) as f64,
+            p50: at(0.5),
+            p90: at(0.9),
+            max: v.last().copied().unwrap_or(0.0),
+        }
+    }
+}
+
+impl Rollout {
+    /// The wall time if the slots had always been full: every node's time
+    /// out of scheduling, shared by the slots.
+    fn ideal_secs(&self) -> f64 {
+        self.unschedulable_secs / self.slots.max(1) as f64
+    }
+
+    fn ratio(&self) -> f64 {
+        self.wall_secs / self.ideal_secs()
+    }
+
+    /// Refuses figures that cannot be true: a bench that prints numbers for
+    /// a rollout it did not see is worse than none.
+    fn check(&self, n: usize) {
+        assert!(
+            self.never_cordoned == 0,
+            "N={n}: {} NODES WERE NEVER SEEN CORDONED: either their turn never cordoned them or a 50 ms look missed it; their time out of scheduling is not measured, so there is no ideal to compare with",
+            self.never_cordoned
+        );
+        assert!(
+            self.wall_secs > 0.0 && self.unschedulable_secs > 0.0,
+            "N={n}: NO TIME OUT OF SCHEDULING MEASURED (wall {:.3} s, sum {:.3} s)",
+            self.wall_secs,
+            self.unschedulable_secs
+        );
+        let ratio = self.ratio();
+        assert!(
+            ratio >= 1.0,
+            "N={n}: THE ROLLING REBOOT BEAT ITS IDEAL ({ratio:.3}x): {} nodes were unschedulable at once with {} slots{}",
+            self.most_unschedulable,
+            self.slots,
+            if self.most_unschedulable > self.slots {
+                ": more nodes out of scheduling than slots, the bound is broken"
+            } else {
+                " — impossible at most one node a slot: the measurement is wrong"
+            }
+        );
+    }
+}
+
+/// The slot Leases of the bench's NodeMaintenance "rolling".
+const SLOT_PREFIX: &str = "maintd-reboot-nm-rolling-";
+
+/// What the bench saw of one node, in seconds since the object was made.
+#[derive(Default)]
+struct NodeSeen {
+    /// Spells out of scheduling: from the look that first saw the node
+    /// cordoned to the one that first saw it schedulable again (`None`
+    /// while it still is not).
+    cordons: Vec<(f64, Option<f64>)>,
+    /// Its NodeDrain first said Drained.
+    drained: Option<f64>,
+    /// Its Node's `Drained` condition was first True.
+    drained_condition: Option<f64>,
+    /// The bench rebooted it.
+    rebooted: Option<f64>,
+    /// Its turn was first listed done.
+    done: Option<f64>,
+}
+
+/// One hold of a slot Lease.
+struct Hold {
+    node: String,
+    from: f64,
+    to: Option<f64>,
+}
+
+/// The bench's look at the rollout, every 50 ms.
+struct Watch {
+    t0: Instant,
+    last_look: Option<Instant>,
+    looks: Vec<f64>,
+    nodes: std::collections::BTreeMap<String, NodeSeen>,
+    slots: std::collections::BTreeMap<String, Vec<Hold>>,
+    unschedulable_now: usize,
+    most_unschedulable: usize,
+}
+
+impl Watch {
+    fn new(t0: Instant) -> Watch {
+        Watch {
+            t0,
+            last_look: None,
+            looks: Vec::new(),
+            nodes: Default::default(),
+            slots: Default::default(),
+            unschedulable_now: 0,
+            most_unschedulable: 0,
+        }
+    }
+
+    /// One look: notes cordons, uncordons, turns done and slot holders,
+    /// and calls `reboot` for each node drained and holding its turn at
+    /// the boot it has now (once a node). True once every node's turn is
+    /// done and every node is schedulable.
+    fn look(
+        &mut self,
+        sim: &SimCluster,
+        drains: &[std::sync::Arc<Value>],
+        uid: &str,
+        mut reboot: impl FnMut(&str) -> bool,
+    ) -> bool {
+        use maintd::api::turns;
+        let at = Instant::now();
+        if let Some(last) = self.last_look {
+            self.looks.push((at - last).as_secs_f64());
+        }
+        self.last_look = Some(at);
+        let now = (at - self.t0).as_secs_f64();
+        let phase: std::collections::HashMap<&str, &str> = drains
+            .iter()
+            .filter_map(|d| {
+                Some((
+                    d["metadata"]["name"].as_str()?,
+                    d["status"]["phase"].as_str()?,
+                ))
+            })
+            .collect();
+        let nodes = sim.state.store().list(&Gr::nodes(), None);
+        let leases = sim
+            .state
+            .store()
+            .list(&Gr::new("coordination.k8s.io", "leases"), Some("maintd"));
+        let mut unschedulable = 0;
+        let mut over = !nodes.is_empty();
+        for node in &nodes {
+            let name = node["metadata"]["name"].as_str().unwrap_or_default();
+            let seen = self.nodes.entry(name.to_string()).or_default();
+            let cordoned = node["spec"]["unschedulable"] == true;
+            let open = seen.cordons.last().is_some_and(|(_, to)| to.is_none());
+            if cordoned {
+                unschedulable += 1;
+                if !open {
+                    seen.cordons.push((now, None));
+                }
+            } else if open && let Some(last) = seen.cordons.last_mut() {
+                last.1 = Some(now);
+            }
+            let done = turns::done(node).iter().any(|u| u == uid);
+            if done && seen.done.is_none() {
+                seen.done = Some(now);
+            }
+            let condition = node["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Drained" && c["status"] == "True")
+            });
+            if condition && seen.drained_condition.is_none() {
+                seen.drained_condition = Some(now);
+            }
+            let drained = phase.get(name) == Some(&"Drained");
+            if drained && seen.drained.is_none() {
+                seen.drained = Some(now);
+            }
+            let holds_turn = turns::record(node)
+                .is_some_and(|r| r.uid == uid && Some(r.boot_id.as_str()) == turns::boot_id(node));
+            if drained && !done && holds_turn && seen.rebooted.is_none() && reboot(name) {
+                seen.rebooted = Some(now);
+            }
+            over &= done && !cordoned;
+        }
+        self.unschedulable_now = unschedulable;
+        self.most_unschedulable = self.most_unschedulable.max(unschedulable);
+        for lease in &leases {
+            let name = lease["metadata"]["name"].as_str().unwrap_or_default();
+            if !name.starts_with(SLOT_PREFIX) {
+                continue;
+            }
+            let holder = lease["spec"]["holderIdentity"]
+                .as_str()
+                .filter(|h| !h.is_empty());
+            let holds = self.slots.entry(name.to_string()).or_default();
+            let current = holds.last().filter(|h| h.to.is_none());
+            if current.map(|h| h.node.as_str()) != holder {
+                if let Some(h) = holds.last_mut().filter(|h| h.to.is_none()) {
+                    h.to = Some(now);
+                }
+                if let Some(holder) = holder {
+                    holds.push(Hold {
+                        node: holder.to_string(),
+                        from: now,
+                        to: None,
+                    });
+                }
+            }
+        }
+        over
+    }
+
+    fn done_count(&self) -> usize {
+        self.nodes.values().filter(|s| s.done.is_some()).count()
+    }
+
+    fn rebooted_count(&self) -> usize {
+        self.nodes.values().filter(|s| s.rebooted.is_some()).count()
+    }
+
+    fn holders_now(&self) -> Vec<String> {
+        self.slots
+            .values()
+            .filter_map(|h| h.last().filter(|h| h.to.is_none()))
+            .map(|h| h.node.clone())
+            .collect()
+    }
+
+    /// The figures, once every turn is over.
+    fn summary(&self, slots: usize) -> Rollout {
+        let spells = |s: &NodeSeen| -> f64 {
+            s.cordons
+                .iter()
+                .map(|(from, to)| to.unwrap_or(*from) - from)
+                .sum()
+        };
+        let first = |s: &NodeSeen| s.cordons.first().map(|c| c.0);
+        let last = |s: &NodeSeen| s.cordons.last().and_then(|c| c.1);
+        let start = self
+            .nodes
+            .values()
+            .filter_map(first)
+            .fold(f64::INFINITY, f64::min);
+        let end = self
+            .nodes
+            .values()
+            .filter_map(last)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let gap = |a: Option<f64>, b: Option<f64>| Some(b? - a?);
+        let mut steps: Vec<(&str, Vec<f64>)> = vec![
+            ("slot taken → cordoned", vec![]),
+            ("cordoned → NodeDrain Drained", vec![]),
+            ("cordoned → Node condition Drained", vec![]),
+            ("NodeDrain Drained → rebooted", vec![]),
+            ("rebooted → turn done (200 ms NotReady)", vec![]),
+            ("turn done → uncordoned (< 0: uncordon first)", vec![]),
+            ("uncordoned → slot released", vec![]),
+            ("slot released → next node takes it", vec![]),
+        ];
+        let mut idle = [
+            ("before the slot's first cordon", 0.0),
+            ("slot taken, node not yet cordoned", 0.0),
+            ("node uncordoned, slot not yet released", 0.0),
+            ("slot free between two nodes", 0.0),
+            ("after the slot's last node (the tail)", 0.0),
+            ("slot never held", 0.0),
+        ];
+        let (mut fewest, mut most) = (usize::MAX, 0);
+        let mut held_slots = 0;
+        for holds in self.slots.values() {
+            fewest = fewest.min(holds.len());
+            most = most.max(holds.len());
+            held_slots += 1;
+            let mut prev_out: Option<(f64, Option<f64>)> = None;
+            for (i, h) in holds.iter().enumerate() {
+                let Some(seen) = self.nodes.get(&h.node) else {
+                    continue;
+                };
+                let (Some(c), Some(u)) = (first(seen), last(seen)) else {
+                    continue;
+                };
+                if i == 0 {
+                    idle[0].1 += c - start;
+                }
+                if let Some((prev_u, prev_released)) = prev_out {
+                    let released = prev_released.unwrap_or(h.from);
+                    idle[2].1 += released - prev_u;
+                    idle[3].1 += h.from - released;
+                    steps[7].1.push(h.from - released);
+                }
+                idle[1].1 += c - h.from;
+                steps[0].1.push(c - h.from);
+                steps[1].1.extend(gap(Some(c), seen.drained));
+                steps[2].1.extend(gap(Some(c), seen.drained_condition));
+                steps[3].1.extend(gap(seen.drained, seen.rebooted));
+                steps[4].1.extend(gap(seen.rebooted, seen.done));
+                steps[5].1.extend(gap(seen.done, Some(u)));
+                steps[6].1.extend(gap(Some(u), h.to));
+                prev_out = Some((u, h.to));
+            }
+            if let Some((u, _)) = prev_out {
+                idle[4].1 += end - u;
+            }
+        }
+        idle[5].1 = slots.saturating_sub(held_slots) as f64 * (end - start);
+        let looks = &self.looks;
+        Rollout {
+            slots,
+            wall_secs: end - start,
+            unschedulable_secs: self.nodes.values().map(spells).sum(),
+            most_unschedulable: self.most_unschedulable,
+            never_cordoned: self.nodes.values().filter(|s| s.cordons.is_empty()).count(),
+            cordoned_again: self.nodes.values().filter(|s| s.cordons.len() > 1).count(),
+            look_mean_ms: looks.iter().sum::<f64>() * 1000.0 / looks.len().max(1) as f64,
+            look_max_ms: looks.iter().copied().fold(0.0, f64::max) * 1000.0,
+            holds_per_slot: (fewest.min(most), most),
+            steps: steps.into_iter().map(|(w, v)| Step::of(w, v)).collect(),
+            idle: idle.iter().map(|(w, s)| (w.to_string(), *s)).collect(),
+        }
+    }
 }
 
 fn nodedrains(sim: &SimCluster) -> Vec<std::sync::Arc<Value>> {
@@ -306,10 +678,12 @@ fn run(
     let idle = Usage::of_agents(&sim, n).since(before);
     let idle_elapsed = t.elapsed().as_secs_f64();
 
-    // The rolling drain: one object over every node, a tenth at a time.
+    // The rolling reboot: one object over every node, a tenth at a time,
+    // each turn ending with the node's reboot.
     let before = Usage::of_agents(&sim, n);
     let t = Instant::now();
     let nms = Gr::new("maintd.io", "nodemaintenances");
+    let slots = (n / 10).max(1);
     create(
         &sim,
         &nms,
@@ -317,38 +691,75 @@ fn run(
         json!({"apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
                "metadata": {"name": "rolling"},
                "spec": {"nodeSelector": {"matchLabels": {"pool": "all"}}, "stage": "Drain",
-                        "maxConcurrentDrains": (n / 10).max(1)}}),
+                        "maxConcurrentDrains": slots,
+                        "waitForReboot": {"timeoutSeconds": 600}}}),
     );
+    let uid = sim
+        .state
+        .store()
+        .get(&nms, "", "rolling")
+        .and_then(|o| o["metadata"]["uid"].as_str().map(str::to_string))
+        .expect("the NodeMaintenance has a uid");
+    let mut watch = Watch::new(t);
     let mut largest_nm = 0usize;
     let mut largest_nd = 0usize;
+    let mut polls = 0u64;
     let deadline = Instant::now() + Duration::from_secs(1200);
-    let drained = loop {
-        if let Some(o) = sim.state.store().get(&nms, "", "rolling") {
-            largest_nm = largest_nm.max(serde_json::to_vec(&*o).map(|v| v.len()).unwrap_or(0));
-        }
+    let timed_out = loop {
         let all = nodedrains(&sim);
-        largest_nd = all
-            .iter()
-            .map(|o| serde_json::to_vec(&**o).map(|v| v.len()).unwrap_or(0))
-            .max()
-            .unwrap_or(0)
-            .max(largest_nd);
-        let drained = all
-            .iter()
-            .filter(|o| o["status"]["phase"] == "Drained")
-            .count();
-        if drained >= n || Instant::now() > deadline {
-            break drained;
+        if polls.is_multiple_of(4) {
+            if let Some(o) = sim.state.store().get(&nms, "", "rolling") {
+                largest_nm = largest_nm.max(serde_json::to_vec(&*o).map(|v| v.len()).unwrap_or(0));
+            }
+            largest_nd = all
+                .iter()
+                .map(|o| serde_json::to_vec(&**o).map(|v| v.len()).unwrap_or(0))
+                .max()
+                .unwrap_or(0)
+                .max(largest_nd);
+        }
+        polls += 1;
+        let over = watch.look(&sim, &all, &uid, |node| {
+            // The updater's part: the node is drained and holds its turn
+            // at the boot it has now, so it reboots.
+            let _in_sim = sim_rt.enter();
+            sim.reboot_node(node, Duration::from_millis(200)).is_some()
+        });
+        if over {
+            break false;
+        }
+        if Instant::now() > deadline {
+            break true;
         }
         if said.elapsed() > Duration::from_secs(10) {
             eprintln!(
-                "  N={n}: {drained} of {n} drained after {:.0}s",
+                "  N={n}: {} of {n} turns done, {} unschedulable now, {} rebooted, after {:.0}s",
+                watch.done_count(),
+                watch.unschedulable_now,
+                watch.rebooted_count(),
                 t.elapsed().as_secs_f64()
             );
             said = Instant::now();
         }
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(50));
     };
+    if timed_out {
+        panic!(
+            "N={n}: THE ROLLING REBOOT DID NOT FINISH within 1200 s: {} of {n} turns done, {} rebooted, {} unschedulable now, {} never seen cordoned; slot holders now: {:?}. No figures for a dead rollout.",
+            watch.done_count(),
+            watch.rebooted_count(),
+            watch.unschedulable_now,
+            n - watch
+                .nodes
+                .values()
+                .filter(|s| !s.cordons.is_empty())
+                .count(),
+            watch.holders_now()
+        );
+    }
+    let done = watch.done_count();
+    let rollout = watch.summary(slots);
+    rollout.check(n);
     let drain_secs = t.elapsed().as_secs_f64();
     // The last aggregates and NodeDrain writes land within a few seconds.
     std::thread::sleep(Duration::from_secs(6));
@@ -366,7 +777,8 @@ fn run(
         idle_secs: idle_elapsed,
         drain,
         drain_secs,
-        drained,
+        done,
+        rollout,
         largest_nm,
         largest_nd,
         sim_cpu: sim_cpu1 - sim_cpu0,
@@ -378,7 +790,7 @@ fn run(
 
 fn print_row(r: &Row) {
     println!(
-        "N={:5} pods/node={}  idle {:.0}s: {:.2} req/agent/min, {:.1} events, {:.0} B/agent  |  rolling drain {:.1}s ({} of {} drained): {:.1} req/agent, {:.1} events, {:.0} B/agent  |  largest NodeMaintenance {} B, NodeDrain {} B  |  CPU: simulator {:.1}s, agents {:.1}s ({:.1} ms/agent)  |  RSS: simulator and objects {} MiB, with agents {} MiB ({:.0} KiB/agent)",
+        "N={:5} pods/node={}  idle {:.0}s: {:.2} req/agent/min, {:.1} events, {:.0} B/agent  |  rolling reboot {:.1}s ({} of {} turns done): {:.1} req/agent, {:.1} events, {:.0} B/agent  |  largest NodeMaintenance {} B, NodeDrain {} B  |  CPU: simulator {:.1}s, agents {:.1}s ({:.1} ms/agent)  |  RSS: simulator and objects {} MiB, with agents {} MiB ({:.0} KiB/agent)",
         r.n,
         r.pods_per_node,
         r.idle_secs,
@@ -386,7 +798,7 @@ fn print_row(r: &Row) {
         r.idle.events,
         r.idle.bytes,
         r.drain_secs,
-        r.drained,
+        r.done,
         r.n,
         r.drain.requests,
         r.drain.events,
@@ -400,6 +812,41 @@ fn print_row(r: &Row) {
         r.rss_with_agents_kib / 1024,
         r.rss_with_agents_kib.saturating_sub(r.rss_sim_kib) as f64 / r.n as f64,
     );
+    let ro = &r.rollout;
+    println!(
+        "    rolling reboot: wall time {:.1} s (first cordon to last uncordon), ideal {:.1} s ({:.1} s unschedulable in all ÷ {} slots): {:.2}x; most nodes unschedulable at once {} of {} slots; nodes cordoned more than once {}; looks every {:.0} ms (at most {:.0} ms)",
+        ro.wall_secs,
+        ro.ideal_secs(),
+        ro.unschedulable_secs,
+        ro.slots,
+        ro.ratio(),
+        ro.most_unschedulable,
+        ro.slots,
+        ro.cordoned_again,
+        ro.look_mean_ms,
+        ro.look_max_ms,
+    );
+    println!("    a turn, step by step (s: mean / p50 / p90 / max):");
+    for s in &ro.steps {
+        println!(
+            "      {:<42} {:>6.2} / {:>6.2} / {:>6.2} / {:>6.2}  ({} seen)",
+            s.what, s.mean, s.p50, s.p90, s.max, s.count
+        );
+    }
+    let idle_total: f64 = ro.idle.iter().map(|(_, v)| v).sum();
+    println!(
+        "    slot time with no node out of scheduling: {:.1} slot-s = {:.2}x of the ideal (each slot held by {} to {} nodes):",
+        idle_total,
+        idle_total / ro.unschedulable_secs.max(f64::MIN_POSITIVE),
+        ro.holds_per_slot.0,
+        ro.holds_per_slot.1
+    );
+    for (what, v) in &ro.idle {
+        println!(
+            "      {what:<42} {v:>8.1} slot-s  +{:.3}x",
+            v / ro.unschedulable_secs.max(f64::MIN_POSITIVE)
+        );
+    }
     println!(
         "    drain bytes per agent by resource: {}",
         r.drain.breakdown()
@@ -486,6 +933,7 @@ fn main() {
     let mut rows = Vec::new();
     for &n in &ns {
         let row = run_apart(n, pods, idle);
+        row.rollout.check(n);
         print_row(&row);
         rows.push(row);
     }
@@ -494,6 +942,7 @@ fn main() {
     };
     // The smallest N again, with three times the pods: what a pod adds.
     let more = run_apart(first.n, pods * 3, idle.min(10));
+    more.rollout.check(more.n);
     print_row(&more);
     let per_pod = (more.drain.requests - first.drain.requests)
         / ((more.pods_per_node - first.pods_per_node) as f64);
@@ -509,7 +958,7 @@ fn main() {
         verdict(idle_ratio <= 1.5)
     );
     println!(
-        "  rolling-drain bytes per agent: {:.2}x (at most 1.5x: {})",
+        "  rolling-reboot bytes per agent: {:.2}x (at most 1.5x: {})",
         drain_ratio,
         verdict(drain_ratio <= 1.5)
     );
@@ -520,11 +969,27 @@ fn main() {
         verdict(last.largest_nm <= 64 * 1024)
     );
     println!(
-        "  requests per agent in the rolling drain: {:.2} per pod drained + {:.1} (at most 3 per pod: {})",
+        "  requests per agent in the rolling reboot: {:.2} per pod drained + {:.1} (at most 3 per pod: {})",
         per_pod,
         constant,
         verdict(per_pod <= 3.0)
     );
+    let ratio = last.rollout.ratio();
+    println!(
+        "  rolling reboot wall time against ideal at N={}: {:.2}x (at most 1.1x: {})",
+        last.n,
+        ratio,
+        verdict(ratio <= 1.1)
+    );
+    for r in &rows {
+        println!(
+            "  most nodes unschedulable at once at N={}: {} of {} slots ({})",
+            r.n,
+            r.rollout.most_unschedulable,
+            r.rollout.slots,
+            verdict(r.rollout.most_unschedulable <= r.rollout.slots)
+        );
+    }
     println!(
         "  simulator CPU per agent: {:.1} ms at N={}, {:.1} ms at N={}",
         first.sim_cpu * 1000.0 / first.n as f64,
