@@ -51,8 +51,20 @@ async fn patch_node(agent: &kube::Client, node: &str, patch: Value) -> Result<No
 }
 
 /// Adds taint `maintd.io/draining` as the agent does: the list as read,
-/// plus its own, guarded by the resourceVersion read.
+/// plus its own, guarded by the resourceVersion read, read again when the
+/// node changed meanwhile (the node lifecycle controller answers a cordon
+/// with a taint of its own).
 async fn add_taint(agent: &kube::Client, node: &str) -> Result<Node, kube::Error> {
+    let mut attempt = 0;
+    loop {
+        match add_taint_once(agent, node).await {
+            Err(kube::Error::Api(s)) if s.code == 409 && attempt < 5 => attempt += 1,
+            other => return other,
+        }
+    }
+}
+
+async fn add_taint_once(agent: &kube::Client, node: &str) -> Result<Node, kube::Error> {
     let current = Api::<Node>::all(agent.clone()).get(node).await?;
     let mut taints = current
         .spec

@@ -162,7 +162,9 @@ impl Agent {
                 );
                 let why = match lookup.await {
                     Ok(Ok(groups)) => {
-                        for g in groups {
+                        // A NodeMaintenance's drain slots (`nm-<name>`)
+                        // are taken and given back by the agent's loop.
+                        for g in groups.into_iter().filter(|g| !g.starts_with("nm-")) {
                             if let Err(e) = resume.resume(&g).await {
                                 tracing::warn!(group = %g, error = %e, "could not resume the reboot slot held before the restart");
                             }
