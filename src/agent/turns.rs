@@ -2,9 +2,10 @@
 //! (`spec.waitForReboot`): the agent records the node's boot ID when it
 //! takes its slot, says once drained that the turn waits for the reboot,
 //! and once the node has booted again and is Ready records the turn done.
-//! The object then no longer asks anything of the node: it is uncordoned,
-//! and only then gives its slot to the next node, so a rollout never has
-//! more nodes out of scheduling than it has slots. A node that does not
+//! From the moment the reboot is seen the object asks nothing more of the
+//! node: it is uncordoned (while the record is written), and only once it
+//! is does the slot go to the next node, so a rollout never has more
+//! nodes out of scheduling than it has slots. A node that does not
 //! boot again in time is said so, and held or let go as the object says.
 //!
 //! Everything is read from the Node (see [`crate::api::turns`]): an agent
