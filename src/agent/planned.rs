@@ -212,14 +212,7 @@ impl Reconciler {
     /// When the policy's hold passes by itself (the window opens), for the
     /// loop's timer.
     pub(super) fn hold_until(&self) -> Option<tokio::time::Instant> {
-        let until = self.hold.as_ref()?.until?;
-        let left = until.duration_since(jiff::Timestamp::now());
-        let left = std::time::Duration::try_from(left).unwrap_or_default();
-        // A moment late rather than early: the window must be open by then.
-        Some(crate::bounds::later(
-            tokio::time::Instant::now(),
-            left.saturating_add(std::time::Duration::from_millis(200)),
-        ))
+        Some(wake_at(self.hold.as_ref()?.until?))
     }
 
     /// Gives back the slot this node holds, in the background.
@@ -233,4 +226,16 @@ impl Reconciler {
             });
         }
     }
+}
+
+/// When the loop must look again for what happens at `until` (a wall-clock
+/// time): a moment late rather than early, so it has happened by then (the
+/// window is open, the turn is overdue).
+pub(super) fn wake_at(until: jiff::Timestamp) -> tokio::time::Instant {
+    let left = until.duration_since(jiff::Timestamp::now());
+    let left = std::time::Duration::try_from(left).unwrap_or_default();
+    crate::bounds::later(
+        tokio::time::Instant::now(),
+        left.saturating_add(std::time::Duration::from_millis(200)),
+    )
 }

@@ -197,12 +197,7 @@ impl Reconciler {
         if self.turns.overdue_said.contains(&t.uid) {
             return None;
         }
-        let left = deadline(&rec, t).duration_since(jiff::Timestamp::now());
-        let left = Duration::try_from(left).unwrap_or_default();
-        Some(crate::bounds::later(
-            Instant::now(),
-            left.saturating_add(Duration::from_millis(200)),
-        ))
+        Some(super::planned::wake_at(deadline(&rec, t)))
     }
 
     /// Records the turn done: the object no longer asks anything of the
