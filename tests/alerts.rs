@@ -7,7 +7,7 @@
 #[path = "alerts/prometheus.rs"]
 mod prometheus;
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! budget, scoped to that budget's namespace (issue 11): read from what the
 //! simulated API server serves, not from the agent's insides.
 
-mod common;
+use crate::common;
 
 use common::agent::RunningAgent;
 use common::*;

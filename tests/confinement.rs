@@ -3,7 +3,7 @@
 //! do to node-a what the agent does, and nothing of it to node-b; every
 //! refusal reads as the API server's.
 
-mod common;
+use crate::common;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

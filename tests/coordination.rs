@@ -3,7 +3,7 @@
 //! nodes wait for their peers, and Zincati's requests get the protocol's
 //! answers.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! compatibility). The manifests are rendered by `kubectl kustomize`, as
 //! `kubectl apply -k` renders them.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -3,7 +3,7 @@
 //! columns, per-node NodeDrains from several agents, and the aggregates one
 //! writer keeps in the NodeMaintenance.
 
-mod common;
+use crate::common;
 
 use common::kubectl::Kubectl;
 

@@ -2,7 +2,7 @@
 //! a user would see: the sim's audit log and watch, the API, the agent's
 //! status and events.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 //! started over: read back from the agent's status and events and the
 //! simulator's audit log.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! whose pods come back under their own names elsewhere, and the node
 //! lifecycle controller's taint that follows maintd's cordon.
 
-mod common;
+use crate::common;
 
 use common::agent::RunningAgent;
 use common::*;

@@ -2,7 +2,7 @@
 //! one Event whose series counts the repeats, written in batches rather than
 //! once per repeat.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

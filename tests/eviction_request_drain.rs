@@ -6,7 +6,7 @@
 //! through the Eviction API; an undo withdraws the request and the pod
 //! stays.
 
-mod common;
+use crate::common;
 #[path = "sim_eviction_requests/support.rs"]
 #[allow(dead_code)]
 mod support;

@@ -5,7 +5,7 @@
 //! agent's bounds by configuration (the defaults are minutes) and waits
 //! with a bound of its own, so a broken guard fails instead of hanging.
 
-mod common;
+use crate::common;
 #[path = "logind/support.rs"]
 #[allow(dead_code)]
 mod logind_support;

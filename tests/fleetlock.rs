@@ -2,7 +2,7 @@
 //! protocol's answers, one group's nodes reboot one at a time, control-plane
 //! nodes wait for their peers, and a restarted agent keeps its slot.
 
-mod common;
+use crate::common;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};

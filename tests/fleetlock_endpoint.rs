@@ -2,7 +2,7 @@
 //! pre-reboot takes the reboot slot and answers success only once the node
 //! is drained; steady-state undoes the drain and frees the slot.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 

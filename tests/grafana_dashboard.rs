@@ -9,7 +9,7 @@
 #[path = "alerts/prometheus.rs"]
 mod prometheus;
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

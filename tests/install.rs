@@ -4,7 +4,7 @@
 //! with bash and kubectl, up to the DaemonSet's pods running the image the
 //! overlay names, one on every node.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! get, apply, cordon, and a full `kubectl drain` of the busy node of the
 //! realistic scenario.
 
-mod common;
+use crate::common;
 
 use common::kubectl::Kubectl;
 

@@ -4,7 +4,7 @@
 //! planned drain waiting for its window shows `MaintenancePlanned`; an
 //! admin's own `MaintenancePlanned` is left as the admin wrote it.
 
-mod common;
+use crate::common;
 
 use common::agent::RunningAgent;
 use common::endpoint::{EndpointAgent, request};

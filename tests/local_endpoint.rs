@@ -1,7 +1,7 @@
 //! The agent's HTTP endpoint and the `maintd status|drain|undrain` CLI,
 //! against an agent draining a node of the simulated cluster.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

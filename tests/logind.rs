@@ -148,8 +148,14 @@ async fn sim_killed_agent_releases_the_shutdown_at_once() {
     let bus = PrivateBus::start().unwrap();
     let sim = sim(&bus, Duration::from_secs(600)).await;
     let token = format!("{:016x}", rand::random::<u64>());
+    // The helper's name as the test harness knows it: its module path
+    // without the crate's.
+    let helper = module_path!()
+        .split_once("::")
+        .map_or(String::new(), |(_, m)| format!("{m}::"))
+        + "helper_agent_process";
     let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args(["helper_agent_process", "--exact", "--nocapture"])
+        .args([helper.as_str(), "--exact", "--nocapture"])
         .args(["--test-threads=1"])
         .env("MAINTD_TEST_CHILD_BUS", &bus.address)
         .env("MAINTD_TEST_CHILD_TOKEN", &token)

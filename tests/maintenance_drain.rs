@@ -1,7 +1,7 @@
 //! A NodeMaintenance object drives the agent: stage Cordon cordons and
 //! taints only, Drain runs the plan, Complete undoes.
 
-mod common;
+use crate::common;
 
 use common::*;
 use k8s_openapi::api::core::v1::Node;

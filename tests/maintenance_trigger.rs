@@ -1,7 +1,7 @@
 //! The NodeMaintenance trigger against the simulated cluster: ready without
 //! a CRD, then following objects as they are created and changed.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! when the agent was down at the time. Objects are created and read with
 //! kubectl, as an operator would.
 
-mod common;
+use crate::common;
 
 use common::kubectl::Kubectl;
 use common::*;

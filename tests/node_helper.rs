@@ -6,7 +6,7 @@
 //! helper the agent still holds logind's lock, stashes and restores the
 //! static pod manifests, and takes drain requests from the host's root.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

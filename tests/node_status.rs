@@ -2,7 +2,7 @@
 //! owned by its Node; a NodeMaintenance over thousands of nodes gets
 //! aggregates of a bounded size from the one status writer.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! that order to a real HTTP receiver, one that failed its first answer
 //! included; a receiver that never answers holds up nothing.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! reach, `maintd run` warns and starts anyway (a node booting while the
 //! control plane is away must still take its shutdown lock).
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;

@@ -1,7 +1,7 @@
 //! `maintd plan --node N` against a cluster: the stages, their pods, and
 //! what is not drained and why — without changing anything.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

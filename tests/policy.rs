@@ -3,7 +3,7 @@
 //! a planned NodeMaintenance back, and say why and until when; shutdowns
 //! and taints are never held back.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

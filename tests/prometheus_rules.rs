@@ -10,7 +10,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-mod common;
+use crate::common;
 
 const PROMTOOL: &str = "/usr/bin/promtool";
 

@@ -2,7 +2,7 @@
 //! points of a drain and started again: the drain completes, no static pod
 //! manifest is lost, and the node carries maintd's taint once.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -4,7 +4,7 @@
 //! uncordoned before the slot goes to the next node. The agents run with
 //! the rights deploy/ gives them; the Node watch is kubectl's.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! escalates and lets go before logind's limit. A cancelled shutdown takes
 //! the lock again and undoes the drain.
 
-mod common;
+use crate::common;
 #[path = "logind/support.rs"]
 #[allow(dead_code)]
 mod support;

@@ -2,7 +2,7 @@
 //! one: selectors, watches, every patch type, server-side apply with two
 //! managers, conflicts, evictions with PodDisruptionBudgets, and bad input.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! as its pods' controllers want, as upstream's disruption controller
 //! counts them, and allows nothing when it cannot tell.
 
-mod common;
+use crate::common;
 
 use common::*;
 use k8s_openapi::api::apps::v1::StatefulSet;

@@ -2,7 +2,7 @@
 //! as on a real one, seen through kube-rs: one set per pod template, owned
 //! by the Deployment, and a new template rolled out over the old.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

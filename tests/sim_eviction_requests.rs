@@ -3,7 +3,7 @@
 //! behind its switch, validated, and carried out by the eviction request
 //! controller and the responders the simulator plays, with budgets held.
 
-mod common;
+use crate::common;
 #[path = "sim_eviction_requests/support.rs"]
 mod support;
 

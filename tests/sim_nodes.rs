@@ -2,7 +2,7 @@
 //! kube-rs: the node lifecycle controller's taints (cordon, NotReady,
 //! unreachable) and the kubelet's mirror pods.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! through kube-rs: ordered or parallel, replaced under the same name,
 //! rolled out from the highest ordinal down.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

@@ -2,7 +2,7 @@
 //! them: a field of the wrong JSON type is refused with the API server's
 //! code and words, whichever verb brings it; unknown fields are not.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

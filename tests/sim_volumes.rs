@@ -9,7 +9,7 @@
 //! probe pod with a volume of its own is started, and once its attachment
 //! appears the controller has made a pass that saw everything before it.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,6 @@
 //! `MAINTD_SOAK_SEED` and `MAINTD_SOAK_ROUNDS` replay or lengthen it;
 //! `cargo bench --bench soak` is the long run.
 
-mod common;
 #[path = "soak/engine.rs"]
 mod engine;
 

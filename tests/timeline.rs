@@ -3,7 +3,7 @@
 //! it, and headless Chromium (Debian's `chromium`, installed by
 //! scripts/install-test-deps) shows something that is not blank.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! and is named; when it goes, the drain completes; the wait is bounded;
 //! a claim a pod that stays still mounts is not waited for.
 
-mod common;
+use crate::common;
 
 use common::agent::RunningAgent;
 use common::kubectl::Kubectl;

@@ -10,7 +10,7 @@ use maintd::logind::LogindError;
 use maintd_sim::dbus::PrivateBus;
 use zbus::zvariant::Value;
 
-use crate::support::*;
+use super::support::*;
 
 async fn reboot_emits_prepare(mock: &DbusMock) {
     // The template's Reboot does nothing; make it behave like logind.
