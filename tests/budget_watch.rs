@@ -1,6 +1,7 @@
-//! Budget watches exist only while a pod of the node is blocked by a
-//! budget, scoped to that budget's namespace (issue 11): read from what the
-//! simulated API server serves, not from the agent's insides.
+//! Budget watches exist only while a drain's stage evicts pods in their
+//! namespace, or a pod of the node is blocked by a budget, scoped to that
+//! namespace (issue 11): read from what the simulated API server serves,
+//! not from the agent's insides. An idle agent watches no budget.
 
 use crate::common;
 
@@ -103,7 +104,7 @@ async fn drain_against_a_closed_web_budget(sim: &SimCluster) -> RunningAgent {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_blocked_pod_watches_its_budget_only_until_it_is_unblocked() {
+async fn budgets_are_watched_only_while_pods_are_evicted_or_blocked() {
     let sim = scenario("small.yaml").await;
     let client = sim.client();
     let agent = drain_against_a_closed_web_budget(&sim).await;
@@ -114,7 +115,8 @@ async fn a_blocked_pod_watches_its_budget_only_until_it_is_unblocked() {
             })
         })
         .await;
-    // The block holds one watch, of the budget's namespace, and only that.
+    // The stage holds one watch, of the budgets of the namespace it
+    // evicts in, and only that.
     eventually("a watch of default's budgets is open", || {
         let n = sim
             .state
@@ -131,7 +133,7 @@ async fn a_blocked_pod_watches_its_budget_only_until_it_is_unblocked() {
             .all(|p| p == "/apis/policy/v1/namespaces/default/poddisruptionbudgets"),
         "{asked:?}"
     );
-    assert_eq!(budget_views(&agent), ["poddisruptionbudget default/web"]);
+    assert_eq!(budget_views(&agent), ["poddisruptionbudgets in default"]);
 
     // One blocked pod goes another way (an admin deletes it): the others
     // are still blocked, and the watch they share stays open for them.
@@ -154,7 +156,7 @@ async fn a_blocked_pod_watches_its_budget_only_until_it_is_unblocked() {
         1,
         "the pods still blocked keep their watch"
     );
-    assert_eq!(budget_views(&agent), ["poddisruptionbudget default/web"]);
+    assert_eq!(budget_views(&agent), ["poddisruptionbudgets in default"]);
 
     // The budget allows a disruption again: the pods go, the watch with them.
     web_budget_min_available(&client, 2).await;
@@ -208,9 +210,11 @@ async fn a_stopped_agent_leaves_no_budget_watch_behind() {
 }
 
 /// A pod its budget never lets go is asked again when the budget changes,
-/// not on a timer: over 40 s, its first refusal and at most one backstop
-/// retry (30 to 45 s later) — at 500 draining nodes with 30 blocked pods
-/// each, a retry every 3 s was 5,000 refused evictions a second.
+/// not on a timer: its stage watches the budget, sees it has nothing to
+/// give and does not ask; over 50 s the pod is asked once or twice, by the
+/// backstop (30 to 45 s, then at least 30 s more) — at 500 draining nodes
+/// with 30 blocked pods each, a retry every 3 s was 5,000 refused evictions
+/// a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_its_budget_never_allows_is_asked_at_most_every_30_seconds() {
     let sim = scenario("small.yaml").await;
@@ -230,17 +234,12 @@ async fn a_pod_its_budget_never_allows_is_asked_at_most_every_30_seconds() {
             .audit
             .count_requests(|r| r.method == "POST" && r.path == path && r.code == 429)
     };
-    eventually("the web pod's first refusal", || {
-        let n = evictions();
-        async move { n >= 1 }
-    })
-    .await;
     // Watching for what must not happen takes time: a bounded pause.
-    tokio::time::sleep(std::time::Duration::from_secs(40)).await;
+    tokio::time::sleep(std::time::Duration::from_secs(50)).await;
     let n = evictions();
     assert!(
-        (1..=3).contains(&n),
-        "{n} evictions of {web} in 40 s against a budget that never allows one"
+        (1..=2).contains(&n),
+        "{n} evictions of {web} in 50 s against a budget that never allows one"
     );
     agent.stop().await;
 }

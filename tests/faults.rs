@@ -251,9 +251,15 @@ fn node_watches(sim: &SimCluster) -> usize {
 async fn a_flaky_api_server_slows_the_drain_but_it_completes() {
     let s = setup(None, |_| {}).await;
     s.ready().await;
-    // Half of all requests fail with 503: enough that some eviction is
-    // sure to meet one (at a third, a run with none was seen).
+    // Half of all requests fail with 503, and the first two evictions too:
+    // pods behind a budget with nothing to give wait without asking, so
+    // the drain may send few enough evictions that the half alone misses
+    // them all.
     s.sim.state.faults.fail_requests(0.5, 503);
+    s.sim
+        .state
+        .faults
+        .fail_writes("/api/v1/namespaces/default/pods/", 503, 2);
     taint(
         &s.sim.client_with(true),
         "node-a",

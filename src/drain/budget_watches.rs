@@ -1,20 +1,29 @@
-//! PodDisruptionBudget watches that exist only while a pod of this node is
-//! blocked by a budget.
+//! PodDisruptionBudget watches that exist only while a drain's stage
+//! evicts pods in their namespace, or a pod of this node is blocked by a
+//! budget.
 //!
-//! A blocked eviction is retried as soon as its budget allows a disruption
-//! again (or is deleted), which needs the budget's status; a timer of 30 s
-//! or more is only the backstop for a missed event. Watching every budget of the
-//! cluster all the time would send every PDB status write to every node
-//! (issue 11); instead a blocked pod holds a watch scoped to its namespace
-//! (and to the budget the 429 named, if it named one), and the watch ends
-//! when the last pod blocked in that scope stops holding it. An idle agent
-//! holds no budget watch at all.
+//! A stage watches the budgets of each namespace it evicts in, from before
+//! its first eviction to its end: a pod asks only while the budget that
+//! selects it has a disruption no other pod of this node has taken, and
+//! otherwise waits for the budget's next status (twenty pods behind a
+//! budget allowing one were nineteen refused evictions). A refused eviction
+//! is asked again as soon as its budget allows a disruption again (or is
+//! deleted); a timer of 30 s or more is only the backstop for a missed
+//! event. Watching every budget of the cluster all the time would send
+//! every PDB status write to every node (issue 11); instead the watches are
+//! scoped to a namespace (or to the budget a 429 named, when no stage
+//! watches its namespace), and a watch ends when the last stage or blocked
+//! pod holding it lets go. An idle agent holds no budget watch at all.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::drain::plan::selector_matches;
 use crate::index::{Index, WatchGuard, WatchTarget};
 
 /// What one watch covers: a namespace, and one budget in it if known.
@@ -87,11 +96,21 @@ impl BudgetWatches {
     /// Holds a watch of the budgets of `namespace` (only `name` if given)
     /// until the returned hold is dropped; the first holder starts it.
     pub fn hold(&self, namespace: &str, name: Option<&str>) -> BudgetHold {
-        let scope = Scope {
+        let wide = Scope {
             namespace: namespace.to_string(),
-            name: name.map(str::to_string),
+            name: None,
         };
         let mut inner = self.lock();
+        // A watch of the whole namespace (a stage's, see `watch_namespace`)
+        // already sees the budget named: no second watch.
+        let scope = if inner.open.contains_key(&wide) {
+            wide
+        } else {
+            Scope {
+                namespace: namespace.to_string(),
+                name: name.map(str::to_string),
+            }
+        };
         let parent = inner.parent.clone();
         let open = inner.open.entry(scope.clone()).or_insert_with(|| {
             let stop = parent.map_or_else(CancellationToken::new, |p| p.child_token());
@@ -116,7 +135,18 @@ impl BudgetWatches {
             tickets: open.tickets.clone(),
             watches: self.clone(),
             scope,
+            budget: name.map(str::to_string),
         }
+    }
+
+    /// Holds a watch of every budget of `namespace` (a stage about to evict
+    /// pods there), and waits at most `bound` for its first list, so that
+    /// the stage's pods know their budgets before the first of them asks.
+    pub async fn watch_namespace(&self, namespace: &str, bound: Duration) -> BudgetHold {
+        let hold = self.hold(namespace, None);
+        let index = hold.index.clone();
+        let _ = tokio::time::timeout(bound, index.wait_until(Index::synced)).await;
+        hold
     }
 
     fn release(&self, scope: &Scope) {
@@ -132,6 +162,57 @@ impl BudgetWatches {
         }
     }
 
+    /// What a pod with `labels` may do before it asks to be evicted, by the
+    /// budgets this agent watches. `Ask` when none of them selects it, or
+    /// when the one that does has a disruption left that no other pod has
+    /// taken (the pod takes it). `Wait` when that budget's newest status, of
+    /// its current spec, leaves nothing: the Eviction API would refuse the
+    /// pod with the words given, so it waits for the budget's next status
+    /// instead, holding its watch. Twenty pods behind a blocked budget
+    /// were twenty refused evictions before any of them waited.
+    pub fn claim(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Claim {
+        let mut inner = self.lock();
+        let found = inner
+            .open
+            .iter()
+            .filter(|(scope, _)| scope.namespace == namespace)
+            .find_map(|(scope, open)| {
+                let mut tickets = open.tickets.lock().unwrap_or_else(|e| e.into_inner());
+                open.index.all().iter().find_map(|b| {
+                    let in_scope = b["metadata"]["namespace"] == namespace
+                        && scope
+                            .name
+                            .as_deref()
+                            .is_none_or(|n| b["metadata"]["name"] == n);
+                    if !in_scope || !selects(b, labels) {
+                        return None;
+                    }
+                    let name = b["metadata"]["name"].as_str().unwrap_or_default();
+                    Some(
+                        take_ticket(b, &mut tickets)
+                            .map(|why| (scope.clone(), name.to_string(), why)),
+                    )
+                })
+            });
+        let Some(Some((scope, budget, why))) = found else {
+            return Claim::Ask;
+        };
+        let Some(open) = inner.open.get_mut(&scope) else {
+            return Claim::Ask;
+        };
+        open.holders += 1;
+        Claim::Wait(
+            BudgetHold {
+                index: open.index.clone(),
+                tickets: open.tickets.clone(),
+                watches: self.clone(),
+                scope,
+                budget: Some(budget),
+            },
+            why,
+        )
+    }
+
     /// The open watches' views, by what they cover (for status and
     /// readiness: a watch that does not exist has no view to go stale).
     pub fn views(&self) -> Vec<(String, Index)> {
@@ -143,18 +224,75 @@ impl BudgetWatches {
     }
 }
 
+/// Whether budget `b` selects a pod with `labels`: a budget with no
+/// selector selects nothing, an empty one every pod of its namespace
+/// (policy/v1), a malformed one is left to the API server.
+fn selects(b: &Value, labels: &BTreeMap<String, String>) -> bool {
+    match b["spec"].get("selector") {
+        None | Some(Value::Null) => false,
+        Some(sel) => serde_json::from_value::<LabelSelector>(sel.clone())
+            .ok()
+            .and_then(|sel| selector_matches(&sel, labels).ok())
+            .unwrap_or(false),
+    }
+}
+
+/// Takes one of the disruptions budget `b`'s status allows for a pod about
+/// to ask (None), or, when every one is taken already (`tickets`: per
+/// budget, the status they were counted against and how many), the API
+/// server's refusal. A status of an older spec says nothing: the pod asks.
+fn take_ticket(b: &Value, tickets: &mut BTreeMap<String, (String, i64)>) -> Option<String> {
+    let status = &b["status"];
+    let observed = status["observedGeneration"].as_i64();
+    if observed.is_none() || observed != b["metadata"]["generation"].as_i64() {
+        return None;
+    }
+    let allowed = status["disruptionsAllowed"].as_i64().unwrap_or(0);
+    let uid = b["metadata"]["uid"].as_str().unwrap_or_default();
+    let rv = b["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default();
+    let entry = tickets
+        .entry(uid.to_string())
+        .or_insert_with(|| (rv.to_string(), 0));
+    if entry.0 != rv {
+        *entry = (rv.to_string(), 0);
+    }
+    if entry.1 < allowed {
+        entry.1 += 1;
+        return None;
+    }
+    Some(format!(
+        "The disruption budget {} needs {} healthy pods and has {} currently",
+        b["metadata"]["name"].as_str().unwrap_or_default(),
+        status["desiredHealthy"].as_i64().unwrap_or_default(),
+        status["currentHealthy"].as_i64().unwrap_or_default(),
+    ))
+}
+
+/// What a pod may do before it asks to be evicted (see
+/// [`BudgetWatches::claim`]).
+pub enum Claim {
+    /// Ask the Eviction API.
+    Ask,
+    /// Wait for the budget held, which would refuse with these words.
+    Wait(BudgetHold, String),
+}
+
 /// A blocked pod's claim on a budget watch; dropping it lets the watch go.
 pub struct BudgetHold {
     index: Index,
     tickets: Tickets,
     watches: BudgetWatches,
     scope: Scope,
+    /// The budget the pod waits on, if known; else any of the scope's.
+    budget: Option<String>,
 }
 
 impl BudgetHold {
     /// Whether this hold covers `namespace` and `name`.
     pub fn covers(&self, namespace: &str, name: Option<&str>) -> bool {
-        self.scope.namespace == namespace && self.scope.name.as_deref() == name
+        self.scope.namespace == namespace && self.budget.as_deref() == name
     }
 
     /// Resolves once a watched budget allows a disruption to this pod, or
@@ -169,7 +307,7 @@ impl BudgetHold {
         let mut changes = budgets.changes();
         changes.mark_unchanged();
         let ns = self.scope.namespace.clone();
-        let name = self.scope.name.clone();
+        let name = self.budget.clone();
         async move {
             loop {
                 if changes.changed().await.is_err() {
@@ -360,5 +498,63 @@ mod tests {
         assert!(futures::poll!(&mut allows).is_pending());
         web.index.remove("shop/web");
         assert!(futures::poll!(&mut allows).is_ready());
+    }
+
+    /// A pod selected by a watched budget asks while the budget's status,
+    /// of its current spec, has a disruption that no other pod has taken,
+    /// and takes it; once none is left it waits without asking, holding the
+    /// watch, until the next status gives one. Pods of other budgets, or of
+    /// none, ask.
+    #[tokio::test]
+    async fn a_pod_asks_only_while_its_watched_budget_has_a_disruption_to_give() {
+        let w = watches();
+        let labels = |app: &str| BTreeMap::from([("app".to_string(), app.to_string())]);
+        let web = |allowed: i64, observed: i64, rv: &str| {
+            json!({
+                "metadata": {"uid": "u-web", "namespace": "shop", "name": "web",
+                             "generation": 2, "resourceVersion": rv},
+                "spec": {"selector": {"matchLabels": {"app": "web"}}},
+                "status": {"disruptionsAllowed": allowed, "observedGeneration": observed,
+                           "desiredHealthy": 3, "currentHealthy": 4},
+            })
+        };
+        let asks = |c: Claim| matches!(c, Claim::Ask);
+        assert!(asks(w.claim("shop", &labels("web"))), "nothing watched");
+        let stage = w.hold("shop", None);
+        stage.index.upsert(web(0, 1, "7"));
+        assert!(
+            asks(w.claim("shop", &labels("web"))),
+            "a status of an older spec"
+        );
+        stage.index.upsert(web(1, 2, "8"));
+        assert!(
+            asks(w.claim("shop", &labels("web"))),
+            "one disruption: the first pod takes it"
+        );
+        let Claim::Wait(second, why) = w.claim("shop", &labels("web")) else {
+            panic!("the one disruption is taken: the next pod waits");
+        };
+        assert_eq!(
+            why,
+            "The disruption budget web needs 3 healthy pods and has 4 currently"
+        );
+        assert!(second.covers("shop", Some("web")));
+        assert!(asks(w.claim("shop", &labels("db"))), "no budget selects it");
+        assert!(asks(w.claim("other", &labels("web"))), "another namespace");
+
+        // A refusal naming the budget joins the namespace's watch.
+        let refused = w.hold("shop", Some("web"));
+        assert_eq!(w.views().len(), 1, "one watch: {:?}", w.views().len());
+        assert!(refused.covers("shop", Some("web")));
+
+        // The next status gives one more: the waiting pod wakes and takes
+        // it, and a new pod waits again.
+        let mut wakes = Box::pin(second.allows());
+        stage.index.upsert(web(1, 2, "9"));
+        assert!(futures::poll!(&mut wakes).is_ready());
+        assert!(matches!(w.claim("shop", &labels("web")), Claim::Wait(..)));
+        drop((stage, second, refused));
+        assert!(w.views().is_empty(), "the watch ends with its last holder");
+        assert!(asks(w.claim("shop", &labels("web"))));
     }
 }

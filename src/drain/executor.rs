@@ -8,7 +8,7 @@
 //! arrive during the drain are drained in their right place, and a restarted
 //! agent resumes where the cluster stands.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -260,6 +260,11 @@ impl Drainer {
         }
         let mut reported: Option<Outcome> = None;
         let mut detaching = volume_wait::Waiting::default();
+        // The budgets of the namespaces the drain's stages evict in, by
+        // namespace: watched from the first stage there until the node is
+        // drained, so each namespace is listed once per drain, not once
+        // per stage.
+        let mut budget_watches = BTreeMap::new();
         loop {
             if cancel.is_cancelled() {
                 return;
@@ -290,6 +295,7 @@ impl Drainer {
                         volume_wait::Ended::Done => {}
                     }
                 }
+                budget_watches.clear();
                 let outcome = self.finish(&opts, &abandoned, reported);
                 reported = Some(outcome);
                 // Stay drained: wake on any change of the node's pods.
@@ -303,7 +309,8 @@ impl Drainer {
             detaching = volume_wait::Waiting::default();
             let share = opts.deadline.map(|d| self.stage_share(&plan, i, d));
             let number = finished.len() + i + 1;
-            self.run_stage(number, stage, &opts, share, &cancel).await;
+            self.run_stage(number, stage, &opts, share, &cancel, &mut budget_watches)
+                .await;
             if cancel.is_cancelled() {
                 return;
             }

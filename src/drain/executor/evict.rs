@@ -13,10 +13,21 @@ use tokio_util::sync::CancellationToken;
 use super::Drainer;
 use super::request::Requested;
 use crate::cluster::EvictionOutcome;
-use crate::drain::budget_watches::BudgetHold;
+use crate::drain::budget_watches::{BudgetHold, Claim};
 use crate::drain::plan::{PlannedPod, PodAction, PodInfo, PodType};
 use crate::drain::progress::{DrainEvent, EventKind, PodState};
 use crate::index::{Backoff, sleep_until};
+
+/// What one eviction of a pod came to.
+enum Asked {
+    /// Evicted, gone, or no longer to be evicted (`stop_evicting`).
+    Going,
+    /// The drain was cancelled: nothing more is sent.
+    Cancelled,
+    /// Refused: why, as what kind of event, and whether by a budget the
+    /// watch follows.
+    Refused(String, EventKind, bool),
+}
 
 /// A kubelet reports a stopped pod a moment after its grace period ends;
 /// this long after, the pod is stuck rather than slow.
@@ -121,103 +132,143 @@ impl Drainer {
     ) {
         let p = &self.progress;
         let event = |kind: EventKind, message: String| pod_event(p, number, pod, kind, message);
-        {
-            let mut backoff = Backoff::with(250, 3_000);
-            let mut last_blocker: Option<String> = None;
-            // The budget watch this pod holds while a budget blocks it; it
-            // goes with the block (or with this function).
-            let mut hold: Option<BudgetHold> = None;
-            loop {
-                if !self.pods.contains(&pod.uid) || stop_evicting.is_cancelled() {
-                    break;
+        let mut backoff = Backoff::with(250, 3_000);
+        let mut last_blocker: Option<String> = None;
+        // The budget watch this pod holds while a budget blocks it; it goes
+        // with the block (or with this function).
+        let mut hold: Option<BudgetHold> = None;
+        let labels = self
+            .pods
+            .get(&pod.uid)
+            .map(|o| PodInfo::from_json(&o).labels)
+            .unwrap_or_default();
+        loop {
+            if !self.pods.contains(&pod.uid) || stop_evicting.is_cancelled() {
+                break;
+            }
+            // A budget this agent watches with no disruption left for this
+            // pod: asking would only be refused. Not once the pod holds a
+            // watch: a wake-up is its turn to ask.
+            let claim = match hold {
+                None => self.budgets.claim(&pod.namespace, &labels),
+                Some(_) => Claim::Ask,
+            };
+            let (blocker, kind, by_budget) = match claim {
+                Claim::Wait(budget, blocker) => {
+                    hold = Some(budget);
+                    (blocker, EventKind::PodBlocked, true)
                 }
-                let permit = tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => return,
-                    _ = stop_evicting.cancelled() => break,
-                    permit = sem.acquire() => permit,
-                };
-                // The permit can come long after the drain was cancelled or
-                // the pod deleted: check again, right before sending.
-                if cancel.is_cancelled() {
-                    return;
-                }
-                if stop_evicting.is_cancelled() || !self.pods.contains(&pod.uid) {
-                    break;
-                }
-                p.emit(event(EventKind::PodEvicting, String::new()));
-                let outcome = self
-                    .ops
-                    .evict(&pod.namespace, &pod.name, &pod.uid, None)
-                    .await;
-                drop(permit);
-                // Refused by a budget the 429 names, which the watch
-                // follows: the watch wakes the pod, the timer is a
-                // backstop. Any other 429 (the API server's own throttling)
-                // keeps the capped backoff.
-                let by_budget = matches!(
-                    &outcome,
-                    EvictionOutcome::Blocked { blocker } if blocking_budget(blocker).is_some()
-                );
-                let (blocker, kind) = match outcome {
-                    EvictionOutcome::Evicted => {
-                        self.set_pod(&pod.uid, PodState::Terminating, None);
-                        p.emit(event(EventKind::PodEvicted, String::new()));
-                        break;
+                Claim::Ask => match self
+                    .ask(number, pod, sem, cancel, stop_evicting, &mut hold)
+                    .await
+                {
+                    Asked::Going => break,
+                    Asked::Cancelled => return,
+                    Asked::Refused(blocker, kind, by_budget) => (blocker, kind, by_budget),
+                },
+            };
+            self.set_pod(&pod.uid, PodState::Blocked, Some(blocker.clone()));
+            self.refresh_blockers();
+            if last_blocker.as_deref() != Some(blocker.as_str()) {
+                p.emit(event(kind, blocker.clone()));
+                last_blocker = Some(blocker);
+            }
+            let wait = if by_budget {
+                BUDGET_BACKSTOP.mul_f64(rand::random_range(1.0..1.5))
+            } else {
+                backoff.next_delay()
+            };
+            let pods = self.pods.clone();
+            let uid = pod.uid.clone();
+            let budget_allows = hold.as_ref().map(BudgetHold::allows);
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return,
+                _ = stop_evicting.cancelled() => break,
+                _ = tokio::time::sleep(wait) => {}
+                _ = async {
+                    match budget_allows {
+                        Some(allows) => allows.await,
+                        None => std::future::pending().await,
                     }
-                    EvictionOutcome::Gone => break,
-                    EvictionOutcome::Blocked { blocker } => {
-                        let named = blocking_budget(&blocker);
-                        if !hold
-                            .as_ref()
-                            .is_some_and(|h| h.covers(&pod.namespace, named))
-                        {
-                            hold = Some(self.budgets.hold(&pod.namespace, named));
-                        }
-                        (blocker, EventKind::PodBlocked)
-                    }
-                    // No budget change lifts these: the backoff retries.
-                    EvictionOutcome::MultipleBudgets { message } => {
-                        hold = None;
-                        (message, EventKind::PodBlocked)
-                    }
-                    EvictionOutcome::Forbidden { message } => {
-                        hold = None;
-                        (format!("forbidden: {message}"), EventKind::PodError)
-                    }
-                    // Says nothing about the budget: a pod blocked before
-                    // is still blocked, and keeps its watch.
-                    EvictionOutcome::Failed { message } => (message, EventKind::PodError),
-                };
-                self.set_pod(&pod.uid, PodState::Blocked, Some(blocker.clone()));
-                self.refresh_blockers();
-                if last_blocker.as_deref() != Some(blocker.as_str()) {
-                    p.emit(event(kind, blocker.clone()));
-                    last_blocker = Some(blocker);
-                }
-                let wait = if by_budget {
-                    BUDGET_BACKSTOP.mul_f64(rand::random_range(1.0..1.5))
-                } else {
-                    backoff.next_delay()
-                };
-                let pods = self.pods.clone();
-                let uid = pod.uid.clone();
-                let budget_allows = hold.as_ref().map(BudgetHold::allows);
-                tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => return,
-                    _ = stop_evicting.cancelled() => break,
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = async {
-                        match budget_allows {
-                            Some(allows) => allows.await,
-                            None => std::future::pending().await,
-                        }
-                    } => {}
-                    _ = pods.wait_until(move |i| !i.contains(&uid)) => {}
-                }
+                } => {}
+                _ = pods.wait_until(move |i| !i.contains(&uid)) => {}
             }
         }
+    }
+
+    /// One eviction of the pod, once a permit allows it: whether it is on
+    /// its way out, or why not (and whether a budget the watch follows
+    /// said so). `hold` follows the budget a refusal names.
+    async fn ask(
+        &self,
+        number: usize,
+        pod: &PlannedPod,
+        sem: &Semaphore,
+        cancel: &CancellationToken,
+        stop_evicting: &CancellationToken,
+        hold: &mut Option<BudgetHold>,
+    ) -> Asked {
+        let p = &self.progress;
+        let event = |kind: EventKind, message: String| pod_event(p, number, pod, kind, message);
+        let permit = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Asked::Cancelled,
+            _ = stop_evicting.cancelled() => return Asked::Going,
+            permit = sem.acquire() => permit,
+        };
+        // The permit can come long after the drain was cancelled or the pod
+        // deleted: check again, right before sending.
+        if cancel.is_cancelled() {
+            return Asked::Cancelled;
+        }
+        if stop_evicting.is_cancelled() || !self.pods.contains(&pod.uid) {
+            return Asked::Going;
+        }
+        p.emit(event(EventKind::PodEvicting, String::new()));
+        let outcome = self
+            .ops
+            .evict(&pod.namespace, &pod.name, &pod.uid, None)
+            .await;
+        drop(permit);
+        // Refused by a budget the 429 names, which the watch follows: the
+        // watch wakes the pod, the timer is a backstop. Any other 429 (the
+        // API server's own throttling) keeps the capped backoff.
+        let by_budget = matches!(
+            &outcome,
+            EvictionOutcome::Blocked { blocker } if blocking_budget(blocker).is_some()
+        );
+        let (blocker, kind) = match outcome {
+            EvictionOutcome::Evicted => {
+                self.set_pod(&pod.uid, PodState::Terminating, None);
+                p.emit(event(EventKind::PodEvicted, String::new()));
+                return Asked::Going;
+            }
+            EvictionOutcome::Gone => return Asked::Going,
+            EvictionOutcome::Blocked { blocker } => {
+                let named = blocking_budget(&blocker);
+                if !hold
+                    .as_ref()
+                    .is_some_and(|h| h.covers(&pod.namespace, named))
+                {
+                    *hold = Some(self.budgets.hold(&pod.namespace, named));
+                }
+                (blocker, EventKind::PodBlocked)
+            }
+            // No budget change lifts these: the backoff retries.
+            EvictionOutcome::MultipleBudgets { message } => {
+                *hold = None;
+                (message, EventKind::PodBlocked)
+            }
+            EvictionOutcome::Forbidden { message } => {
+                *hold = None;
+                (format!("forbidden: {message}"), EventKind::PodError)
+            }
+            // Says nothing about the budget: a pod blocked before is still
+            // blocked, and keeps its watch.
+            EvictionOutcome::Failed { message } => (message, EventKind::PodError),
+        };
+        Asked::Refused(blocker, kind, by_budget)
     }
 
     /// A `wait-completed` pod: named as what the stage waits for until it

@@ -3,7 +3,7 @@
 //! deleted early enough to still get a grace period (budget.rs decides when
 //! and with which grace; this only applies it).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{DrainOptions, Drainer, TimeoutPolicy};
 use crate::drain::budget;
-use crate::drain::plan::{PlannedPod, PodType, Stage};
+use crate::drain::budget_watches::BudgetHold;
+use crate::drain::plan::{PlannedPod, PodAction, PodType, Stage};
 use crate::drain::progress::{Blocker, EventKind, Phase, PodState, StageState};
 use crate::index::sleep_until;
 
@@ -26,6 +27,12 @@ struct Planned {
     grace_seconds: i64,
 }
 
+/// How long a stage waits for the first list of its namespaces' budgets
+/// before its pods start asking.
+const FIRST_BUDGET_LIST: Duration = Duration::from_secs(2);
+/// The same under a shutdown's deadline, where every second is the pods'.
+const FIRST_BUDGET_LIST_UNDER_DEADLINE: Duration = Duration::from_millis(250);
+
 impl Drainer {
     pub(super) async fn run_stage(
         &self,
@@ -34,6 +41,7 @@ impl Drainer {
         opts: &DrainOptions,
         share: Option<Duration>,
         cancel: &CancellationToken,
+        budget_watches: &mut BTreeMap<String, BudgetHold>,
     ) {
         let p = &self.progress;
         let pods: Vec<PlannedPod> = {
@@ -64,6 +72,32 @@ impl Drainer {
         } else {
             HashMap::new()
         };
+        // The budgets of every namespace the stage evicts in, watched
+        // until the drain ends (`budget_watches`): each pod then asks only
+        // while its budget has a disruption to give, rather than all asking
+        // at once and all but a few being refused. Their first list is
+        // waited for briefly, and more briefly still under a shutdown's
+        // deadline: without it, pods ask as before.
+        let mut namespaces: Vec<&str> = pods
+            .iter()
+            .filter(|x| x.pod_type != PodType::Static && x.action == PodAction::Evict)
+            .map(|x| x.namespace.as_str())
+            .filter(|ns| !budget_watches.contains_key(*ns))
+            .collect();
+        namespaces.sort_unstable();
+        namespaces.dedup();
+        let first_list = if share.is_some() {
+            FIRST_BUDGET_LIST_UNDER_DEADLINE
+        } else {
+            FIRST_BUDGET_LIST
+        };
+        let opened = futures::future::join_all(
+            namespaces
+                .iter()
+                .map(|ns| self.budgets.watch_namespace(ns, first_list)),
+        )
+        .await;
+        budget_watches.extend(namespaces.iter().map(|ns| ns.to_string()).zip(opened));
         let stage_cancel = cancel.child_token();
         let sem = Arc::new(Semaphore::new(opts.concurrency.max(1)));
         let mut tasks = tokio::task::JoinSet::new();
