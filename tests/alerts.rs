@@ -4,8 +4,7 @@
 //! and clear. Nothing here imitates Prometheus, except the last tests'
 //! servers, which stand for the wrong things a URL can point at.
 
-#[path = "alerts/prometheus.rs"]
-mod prometheus;
+use crate::prometheus;
 
 use crate::common;
 

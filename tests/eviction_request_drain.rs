@@ -7,9 +7,7 @@
 //! stays.
 
 use crate::common;
-#[path = "sim_eviction_requests/support.rs"]
-#[allow(dead_code)]
-mod support;
+use crate::eviction_request_support as support;
 
 use common::agent::RunningAgent;
 use common::kubectl::Kubectl;

@@ -6,9 +6,7 @@
 //! with a bound of its own, so a broken guard fails instead of hanging.
 
 use crate::common;
-#[path = "logind/support.rs"]
-#[allow(dead_code)]
-mod logind_support;
+use crate::logind_support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -6,8 +6,7 @@
 //! that scraped a real agent through a drain a budget blocked, runs and
 //! returns series.
 
-#[path = "alerts/prometheus.rs"]
-mod prometheus;
+use crate::prometheus;
 
 use crate::common;
 

@@ -6,6 +6,14 @@
 //! build time. nextest still runs each test in a process of its own.
 
 mod common;
+// Helpers more than one file uses, loaded once.
+#[path = "sim_eviction_requests/support.rs"]
+mod eviction_request_support;
+#[path = "logind/support.rs"]
+#[allow(dead_code)]
+mod logind_support;
+#[path = "alerts/prometheus.rs"]
+mod prometheus;
 
 #[path = "alerts.rs"]
 mod alerts;

@@ -4,9 +4,7 @@
 
 #[path = "logind/dbusmock.rs"]
 mod dbusmock;
-#[path = "logind/support.rs"]
-#[allow(dead_code)]
-mod support;
+use crate::logind_support as support;
 
 use std::time::Duration;
 

@@ -5,9 +5,7 @@
 //! the lock again and undoes the drain.
 
 use crate::common;
-#[path = "logind/support.rs"]
-#[allow(dead_code)]
-mod support;
+use crate::logind_support as support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -4,8 +4,7 @@
 //! controller and the responders the simulator plays, with budgets held.
 
 use crate::common;
-#[path = "sim_eviction_requests/support.rs"]
-mod support;
+use crate::eviction_request_support as support;
 
 use common::kubectl::Kubectl;
 use common::*;

@@ -202,13 +202,13 @@ impl BudgetWatches {
         };
         open.holders += 1;
         Claim::Wait(
-            BudgetHold {
+            Box::new(BudgetHold {
                 index: open.index.clone(),
                 tickets: open.tickets.clone(),
                 watches: self.clone(),
                 scope,
                 budget: Some(budget),
-            },
+            }),
             why,
         )
     }
@@ -247,19 +247,7 @@ fn take_ticket(b: &Value, tickets: &mut BTreeMap<String, (String, i64)>) -> Opti
     if observed.is_none() || observed != b["metadata"]["generation"].as_i64() {
         return None;
     }
-    let allowed = status["disruptionsAllowed"].as_i64().unwrap_or(0);
-    let uid = b["metadata"]["uid"].as_str().unwrap_or_default();
-    let rv = b["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or_default();
-    let entry = tickets
-        .entry(uid.to_string())
-        .or_insert_with(|| (rv.to_string(), 0));
-    if entry.0 != rv {
-        *entry = (rv.to_string(), 0);
-    }
-    if entry.1 < allowed {
-        entry.1 += 1;
+    if take_one(b, tickets) {
         return None;
     }
     Some(format!(
@@ -270,13 +258,35 @@ fn take_ticket(b: &Value, tickets: &mut BTreeMap<String, (String, i64)>) -> Opti
     ))
 }
 
+/// Takes one of the disruptions budget `b`'s status allows, if one is
+/// left: `tickets` count, per budget, how many were taken under its status
+/// of that resourceVersion (a new status starts again from none).
+fn take_one(b: &Value, tickets: &mut BTreeMap<String, (String, i64)>) -> bool {
+    let allowed = b["status"]["disruptionsAllowed"].as_i64().unwrap_or(0);
+    let uid = b["metadata"]["uid"].as_str().unwrap_or_default();
+    let rv = b["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default();
+    let entry = tickets
+        .entry(uid.to_string())
+        .or_insert_with(|| (rv.to_string(), 0));
+    if entry.0 != rv {
+        *entry = (rv.to_string(), 0);
+    }
+    let left = entry.1 < allowed;
+    if left {
+        entry.1 += 1;
+    }
+    left
+}
+
 /// What a pod may do before it asks to be evicted (see
 /// [`BudgetWatches::claim`]).
 pub enum Claim {
     /// Ask the Eviction API.
     Ask,
     /// Wait for the budget held, which would refuse with these words.
-    Wait(BudgetHold, String),
+    Wait(Box<BudgetHold>, String),
 }
 
 /// A blocked pod's claim on a budget watch; dropping it lets the watch go.
@@ -325,25 +335,8 @@ impl BudgetHold {
                     return;
                 }
                 let mut tickets = tickets.lock().unwrap_or_else(|e| e.into_inner());
-                for b in watched {
-                    let allowed = b["status"]["disruptionsAllowed"].as_i64().unwrap_or(0);
-                    if allowed <= 0 {
-                        continue;
-                    }
-                    let uid = b["metadata"]["uid"].as_str().unwrap_or_default();
-                    let rv = b["metadata"]["resourceVersion"]
-                        .as_str()
-                        .unwrap_or_default();
-                    let entry = tickets
-                        .entry(uid.to_string())
-                        .or_insert_with(|| (rv.to_string(), 0));
-                    if entry.0 != rv {
-                        *entry = (rv.to_string(), 0);
-                    }
-                    if entry.1 < allowed {
-                        entry.1 += 1;
-                        return;
-                    }
+                if watched.into_iter().any(|b| take_one(b, &mut tickets)) {
+                    return;
                 }
             }
         }

@@ -155,7 +155,7 @@ impl Drainer {
             };
             let (blocker, kind, by_budget) = match claim {
                 Claim::Wait(budget, blocker) => {
-                    hold = Some(budget);
+                    hold = Some(*budget);
                     (blocker, EventKind::PodBlocked, true)
                 }
                 Claim::Ask => match self
