@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::drain::plan::selector_matches;
@@ -136,6 +137,7 @@ impl BudgetWatches {
             watches: self.clone(),
             scope,
             budget: name.map(str::to_string),
+            seen: Mutex::default(),
         }
     }
 
@@ -177,6 +179,11 @@ impl BudgetWatches {
             .iter()
             .filter(|(scope, _)| scope.namespace == namespace)
             .find_map(|(scope, open)| {
+                // Subscribed before the status is read: a status that comes
+                // after this read wakes the pod even if it comes before the
+                // pod starts waiting.
+                let mut seen = open.index.changes();
+                seen.mark_unchanged();
                 let mut tickets = open.tickets.lock().unwrap_or_else(|e| e.into_inner());
                 open.index.all().iter().find_map(|b| {
                     let in_scope = b["metadata"]["namespace"] == namespace
@@ -188,17 +195,24 @@ impl BudgetWatches {
                         return None;
                     }
                     let name = b["metadata"]["name"].as_str().unwrap_or_default();
-                    Some(
-                        take_ticket(b, &mut tickets)
-                            .map(|why| (scope.clone(), name.to_string(), why)),
-                    )
+                    Some(match take_ticket(b, &mut tickets) {
+                        Ok(taken) => Ok(taken.map(|(budget, rv)| Ticket {
+                            tickets: open.tickets.clone(),
+                            budget,
+                            rv,
+                            used: false,
+                        })),
+                        Err(why) => Err((scope.clone(), name.to_string(), why, seen.clone())),
+                    })
                 })
             });
-        let Some(Some((scope, budget, why))) = found else {
-            return Claim::Ask;
+        let (scope, budget, why, seen) = match found {
+            None => return Claim::Ask(None),
+            Some(Ok(ticket)) => return Claim::Ask(ticket),
+            Some(Err(wait)) => wait,
         };
         let Some(open) = inner.open.get_mut(&scope) else {
-            return Claim::Ask;
+            return Claim::Ask(None);
         };
         open.holders += 1;
         Claim::Wait(
@@ -208,9 +222,25 @@ impl BudgetWatches {
                 watches: self.clone(),
                 scope,
                 budget: Some(budget),
+                seen: Mutex::new(Some(seen)),
             }),
             why,
         )
+    }
+
+    /// The changes of the watch of all of `namespace`'s budgets, if one is
+    /// open, as of now: taken before a pod asks, so that a status coming
+    /// between a refusal and the wait for the next status is not missed
+    /// (see [`BudgetHold::seen_from`]).
+    pub fn changes_of(&self, namespace: &str) -> Option<watch::Receiver<u64>> {
+        let inner = self.lock();
+        let open = inner.open.get(&Scope {
+            namespace: namespace.to_string(),
+            name: None,
+        })?;
+        let mut changes = open.index.changes();
+        changes.mark_unchanged();
+        Some(changes)
     }
 
     /// The open watches' views, by what they cover (for status and
@@ -241,21 +271,62 @@ fn selects(b: &Value, labels: &BTreeMap<String, String>) -> bool {
 /// to ask (None), or, when every one is taken already (`tickets`: per
 /// budget, the status they were counted against and how many), the API
 /// server's refusal. A status of an older spec says nothing: the pod asks.
-fn take_ticket(b: &Value, tickets: &mut BTreeMap<String, (String, i64)>) -> Option<String> {
+fn take_ticket(
+    b: &Value,
+    tickets: &mut BTreeMap<String, (String, i64)>,
+) -> Result<Option<(String, String)>, String> {
     let status = &b["status"];
     let observed = status["observedGeneration"].as_i64();
     if observed.is_none() || observed != b["metadata"]["generation"].as_i64() {
-        return None;
+        return Ok(None);
     }
     if take_one(b, tickets) {
-        return None;
+        let uid = b["metadata"]["uid"].as_str().unwrap_or_default();
+        let rv = b["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default();
+        return Ok(Some((uid.to_string(), rv.to_string())));
     }
-    Some(format!(
+    Err(format!(
         "The disruption budget {} needs {} healthy pods and has {} currently",
         b["metadata"]["name"].as_str().unwrap_or_default(),
         status["desiredHealthy"].as_i64().unwrap_or_default(),
         status["currentHealthy"].as_i64().unwrap_or_default(),
     ))
+}
+
+/// One of a budget's disruptions, taken by a pod about to ask: given back
+/// when dropped unless [`Ticket::used`] says the eviction was sent (a
+/// stage cancelled or re-planned before its pods asked would otherwise
+/// leave the budget's disruptions taken until its next status, and its
+/// pods waiting for a status that may not come).
+pub struct Ticket {
+    tickets: Tickets,
+    budget: String,
+    rv: String,
+    used: bool,
+}
+
+impl Ticket {
+    /// The eviction is being sent: the disruption stays taken.
+    pub fn used(mut self) {
+        self.used = true;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.used {
+            return;
+        }
+        let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((rv, taken)) = tickets.get_mut(&self.budget)
+            && *rv == self.rv
+            && *taken > 0
+        {
+            *taken -= 1;
+        }
+    }
 }
 
 /// Takes one of the disruptions budget `b`'s status allows, if one is
@@ -283,8 +354,9 @@ fn take_one(b: &Value, tickets: &mut BTreeMap<String, (String, i64)>) -> bool {
 /// What a pod may do before it asks to be evicted (see
 /// [`BudgetWatches::claim`]).
 pub enum Claim {
-    /// Ask the Eviction API.
-    Ask,
+    /// Ask the Eviction API, with the budget's disruption taken if one
+    /// was.
+    Ask(Option<Ticket>),
     /// Wait for the budget held, which would refuse with these words.
     Wait(Box<BudgetHold>, String),
 }
@@ -297,16 +369,31 @@ pub struct BudgetHold {
     scope: Scope,
     /// The budget the pod waits on, if known; else any of the scope's.
     budget: Option<String>,
+    /// The view's changes as of the status the hold was decided on, for
+    /// its first wait (else as of the wait's start).
+    seen: Mutex<Option<watch::Receiver<u64>>>,
 }
 
 impl BudgetHold {
+    /// Makes the next wait count changes from `seen` (from
+    /// [`BudgetWatches::changes_of`] before the pod asked) rather than from
+    /// its start. Only for a hold on a namespace's watch, whose changes
+    /// `seen` are.
+    pub fn seen_from(&self, seen: Option<watch::Receiver<u64>>) {
+        if self.scope.name.is_none() && seen.is_some() {
+            *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = seen;
+        }
+    }
+
     /// Whether this hold covers `namespace` and `name`.
     pub fn covers(&self, namespace: &str, name: Option<&str>) -> bool {
         self.scope.namespace == namespace && self.budget.as_deref() == name
     }
 
     /// Resolves once a watched budget allows a disruption to this pod, or
-    /// the budget named is gone, seen in a change after this call: the
+    /// the budget named is gone, seen in a change after this call (for the
+    /// first wait of a hold from [`BudgetWatches::claim`], after the status
+    /// it was decided on, so a change in between is not missed): the
     /// status seen before may still count the disruption that was just
     /// refused. A status that allows `k` disruptions lets `k` waiting pods
     /// go; the rest wait for the next status (the evictions it allowed
@@ -314,8 +401,12 @@ impl BudgetHold {
     pub fn allows(&self) -> impl Future<Output = ()> + use<> {
         let budgets = self.index.clone();
         let tickets = self.tickets.clone();
-        let mut changes = budgets.changes();
-        changes.mark_unchanged();
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let mut changes = seen.unwrap_or_else(|| {
+            let mut changes = budgets.changes();
+            changes.mark_unchanged();
+            changes
+        });
         let ns = self.scope.namespace.clone();
         let name = self.budget.clone();
         async move {
@@ -511,7 +602,7 @@ mod tests {
                            "desiredHealthy": 3, "currentHealthy": 4},
             })
         };
-        let asks = |c: Claim| matches!(c, Claim::Ask);
+        let asks = |c: Claim| matches!(c, Claim::Ask(_));
         assert!(asks(w.claim("shop", &labels("web"))), "nothing watched");
         let stage = w.hold("shop", None);
         stage.index.upsert(web(0, 1, "7"));
@@ -520,10 +611,16 @@ mod tests {
             "a status of an older spec"
         );
         stage.index.upsert(web(1, 2, "8"));
-        assert!(
-            asks(w.claim("shop", &labels("web"))),
-            "one disruption: the first pod takes it"
-        );
+        let Claim::Ask(Some(taken)) = w.claim("shop", &labels("web")) else {
+            panic!("one disruption: the first pod takes it");
+        };
+        assert!(matches!(w.claim("shop", &labels("web")), Claim::Wait(..)));
+        // A pod that took it but never asked (its stage ended) gives it back.
+        drop(taken);
+        let Claim::Ask(Some(taken)) = w.claim("shop", &labels("web")) else {
+            panic!("given back: the next pod takes it");
+        };
+        taken.used();
         let Claim::Wait(second, why) = w.claim("shop", &labels("web")) else {
             panic!("the one disruption is taken: the next pod waits");
         };
@@ -546,6 +643,18 @@ mod tests {
         stage.index.upsert(web(1, 2, "9"));
         assert!(futures::poll!(&mut wakes).is_ready());
         assert!(matches!(w.claim("shop", &labels("web")), Claim::Wait(..)));
+        // A status that comes between the decision to wait and the wait
+        // itself still wakes the pod.
+        let Claim::Wait(third, _) = w.claim("shop", &labels("web")) else {
+            panic!("nothing left: the next pod waits");
+        };
+        stage.index.upsert(web(1, 2, "10"));
+        let mut wakes = Box::pin(third.allows());
+        assert!(
+            futures::poll!(&mut wakes).is_ready(),
+            "the status after the decision is not missed"
+        );
+        drop(third);
         drop((stage, second, refused));
         assert!(w.views().is_empty(), "the watch ends with its last holder");
         assert!(asks(w.claim("shop", &labels("web"))));

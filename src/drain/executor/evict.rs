@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::Drainer;
 use super::request::Requested;
 use crate::cluster::EvictionOutcome;
-use crate::drain::budget_watches::{BudgetHold, Claim};
+use crate::drain::budget_watches::{BudgetHold, Claim, Ticket};
 use crate::drain::plan::{PlannedPod, PodAction, PodInfo, PodType};
 use crate::drain::progress::{DrainEvent, EventKind, PodState};
 use crate::index::{Backoff, sleep_until};
@@ -151,15 +151,15 @@ impl Drainer {
             // watch: a wake-up is its turn to ask.
             let claim = match hold {
                 None => self.budgets.claim(&pod.namespace, &labels),
-                Some(_) => Claim::Ask,
+                Some(_) => Claim::Ask(None),
             };
             let (blocker, kind, by_budget) = match claim {
                 Claim::Wait(budget, blocker) => {
                     hold = Some(*budget);
                     (blocker, EventKind::PodBlocked, true)
                 }
-                Claim::Ask => match self
-                    .ask(number, pod, sem, cancel, stop_evicting, &mut hold)
+                Claim::Ask(ticket) => match self
+                    .ask(number, pod, sem, cancel, stop_evicting, &mut hold, ticket)
                     .await
                 {
                     Asked::Going => break,
@@ -199,7 +199,11 @@ impl Drainer {
 
     /// One eviction of the pod, once a permit allows it: whether it is on
     /// its way out, or why not (and whether a budget the watch follows
-    /// said so). `hold` follows the budget a refusal names.
+    /// said so). `hold` follows the budget a refusal names; `ticket`, the
+    /// budget's disruption the pod took, is given back if it does not ask.
+    // What one eviction needs and changes, each named: a struct made for
+    // one call would only rename them.
+    #[allow(clippy::too_many_arguments)]
     async fn ask(
         &self,
         number: usize,
@@ -208,6 +212,7 @@ impl Drainer {
         cancel: &CancellationToken,
         stop_evicting: &CancellationToken,
         hold: &mut Option<BudgetHold>,
+        ticket: Option<Ticket>,
     ) -> Asked {
         let p = &self.progress;
         let event = |kind: EventKind, message: String| pod_event(p, number, pod, kind, message);
@@ -226,6 +231,12 @@ impl Drainer {
             return Asked::Going;
         }
         p.emit(event(EventKind::PodEvicting, String::new()));
+        // The budgets' changes as of the ask: a status that comes with the
+        // refusal still wakes the pod.
+        let seen = self.budgets.changes_of(&pod.namespace);
+        if let Some(ticket) = ticket {
+            ticket.used();
+        }
         let outcome = self
             .ops
             .evict(&pod.namespace, &pod.name, &pod.uid, None)
@@ -252,6 +263,9 @@ impl Drainer {
                     .is_some_and(|h| h.covers(&pod.namespace, named))
                 {
                     *hold = Some(self.budgets.hold(&pod.namespace, named));
+                }
+                if let Some(h) = hold.as_ref() {
+                    h.seen_from(seen);
                 }
                 (blocker, EventKind::PodBlocked)
             }
