@@ -484,13 +484,20 @@ async fn a_wait_completed_pod_is_not_evicted_and_its_stage_ends_when_it_complete
         .await;
     // Its stage's other pods go; the next stage does not start.
     let first = stage_of("nightly-report").unwrap();
-    eventually("the rest of its stage gone", || async {
-        let left = pods_on(&client, "node-a").await;
-        left.iter().all(|p| {
-            let name = p.metadata.name.as_deref().unwrap_or("");
-            name == "nightly-report" || stage_of(name).is_none_or(|s| s != first)
-        })
-    })
+    eventually(
+        "the rest of its stage gone, as the agent sees it",
+        || async {
+            let left = pods_on(&client, "node-a").await;
+            let st = agent.progress.status();
+            left.iter().all(|p| {
+                let name = p.metadata.name.as_deref().unwrap_or("");
+                name == "nightly-report" || stage_of(name).is_none_or(|s| s != first)
+            }) && st.stages[first]
+                .pods
+                .iter()
+                .all(|p| p.name == "nightly-report" || p.state == PodState::Gone)
+        },
+    )
     .await;
     let st = agent.progress.status();
     assert_eq!(st.phase, Phase::Blocked, "{st:?}");

@@ -307,6 +307,11 @@ async fn the_node_holds_medik8s_lease_while_a_medik8s_object_names_it() {
     let progress = start_agent(&sim, "node-a", true, &stop);
     let progress_b = start_agent(&sim, "node-b", true, &stop);
     let events_b = common::agent::collect_events(&progress_b);
+    // A third node for the pods both drains move. With only two nodes,
+    // both cordoned, the web budget's one disruption goes to whichever
+    // agent asks first, and the other drain waits for good.
+    k.apply_yaml("apiVersion: v1\nkind: Node\nmetadata:\n  name: node-c\n")
+        .await;
     // Someone else's valid hold on node-b's Lease (a remediation under way).
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")

@@ -78,6 +78,30 @@ impl RetryPace {
     }
 }
 
+/// One thing the reporter writes (the NodeDrain, medik8s' status, the
+/// Node's condition), with its own retry pace: a surface the API refuses
+/// (a CRD not installed, a role without the verb) backs off alone, and
+/// the others still go out at once when the drain changes phase.
+#[derive(Default)]
+struct Surface {
+    /// Something may have changed since its last write.
+    dirty: bool,
+    pace: RetryPace,
+}
+
+impl Surface {
+    fn due(&self, now: tokio::time::Instant) -> bool {
+        self.dirty && self.pace.ready(now)
+    }
+
+    /// Records a write: a failure is retried later, and so is progress
+    /// held back for its turn (`open`), which is not a failure.
+    fn record(&mut self, ok: bool, open: bool, now: tokio::time::Instant) {
+        self.pace.record(ok, now);
+        self.dirty = !ok || open;
+    }
+}
+
 /// What was last written of the NodeDrain.
 #[derive(Default)]
 struct WrittenDrain {
@@ -110,30 +134,37 @@ impl StatusReporter {
         let mut medik8s_refs = true;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut dirty = true;
-        let mut pace = RetryPace::default();
+        let mut surfaces: [Surface; 3] = Default::default();
         let mut condition: Option<Vec<ConditionKey>> = None;
         loop {
-            tokio::select! {
-                _ = events.recv() => dirty = true,
-                r = node.changed() => { if r.is_err() { return } dirty = true }
-                r = objects.changed() => { if r.is_err() { return } dirty = true }
-                _ = crate::index::changed_if_any(&mut medik8s_objects) => dirty = true,
-                r = crate::index::changed_if_any(&mut lock) => { if r.is_err() { lock = None } dirty = true }
-                _ = tick.tick() => {
-                    let now = tokio::time::Instant::now();
-                    if dirty && pace.ready(now) {
-                        let drain_ok = self.write_node_drain(&mut written).await;
-                        let medik8s = self.write_medik8s(&mut written_medik8s, &mut medik8s_refs, now).await;
-                        let node_ok = self.write_condition(&mut condition).await;
-                        let ok = drain_ok && medik8s.ok && node_ok;
-                        // Progress held back for its turn keeps the round
-                        // open without counting as a failure.
-                        dirty = !ok || medik8s.deferred;
-                        pace.record(ok, now);
-                    }
-                }
+            let changed = tokio::select! {
+                _ = events.recv() => true,
+                r = node.changed() => { if r.is_err() { return } true }
+                r = objects.changed() => { if r.is_err() { return } true }
+                _ = crate::index::changed_if_any(&mut medik8s_objects) => true,
+                r = crate::index::changed_if_any(&mut lock) => { if r.is_err() { lock = None } true }
+                _ = tick.tick() => false,
                 _ = stop.cancelled() => return,
+            };
+            if changed {
+                surfaces.iter_mut().for_each(|s| s.dirty = true);
+                continue;
+            }
+            let now = tokio::time::Instant::now();
+            let [drain, medik8s, node_condition] = &mut surfaces;
+            if drain.due(now) {
+                let ok = self.write_node_drain(&mut written).await;
+                drain.record(ok, false, now);
+            }
+            if medik8s.due(now) {
+                let round = self
+                    .write_medik8s(&mut written_medik8s, &mut medik8s_refs, now)
+                    .await;
+                medik8s.record(round.ok, round.deferred, now);
+            }
+            if node_condition.due(now) {
+                let ok = self.write_condition(&mut condition).await;
+                node_condition.record(ok, false, now);
             }
         }
     }
@@ -369,5 +400,33 @@ mod tests {
         assert!(pace.ready(now));
         pace.record(false, now);
         assert!((pace.not_before.unwrap() - now).as_secs_f64() <= 1.25);
+    }
+
+    /// A surface the API keeps refusing (the NodeDrain CRD not installed)
+    /// waits ever longer; the others are written at the next tick after a
+    /// change all the same, and progress held back for its turn is come
+    /// back to without a failure's backoff.
+    #[test]
+    fn a_refused_surface_backs_off_alone() {
+        let mut now = Instant::now();
+        let mut drain = Surface::default();
+        let mut condition = Surface::default();
+        for _ in 0..5 {
+            drain.dirty = true;
+            condition.dirty = true;
+            assert!(condition.due(now), "a change goes out at the next tick");
+            condition.record(true, false, now);
+            assert!(!condition.dirty, "written: nothing left to write");
+            if drain.due(now) {
+                drain.record(false, false, now);
+                assert!(!drain.due(now), "refused: it waits");
+                assert!(drain.dirty, "and is tried again later");
+            }
+            now += Duration::from_secs(1);
+        }
+        condition.dirty = true;
+        condition.record(true, true, now);
+        assert!(condition.due(now), "held back for its turn: still due");
+        assert!(condition.pace.ready(now), "with no backoff");
     }
 }
