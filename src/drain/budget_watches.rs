@@ -143,11 +143,20 @@ impl BudgetWatches {
 
     /// Holds a watch of every budget of `namespace` (a stage about to evict
     /// pods there), and waits at most `bound` for its first list, so that
-    /// the stage's pods know their budgets before the first of them asks.
-    pub async fn watch_namespace(&self, namespace: &str, bound: Duration) -> BudgetHold {
+    /// the stage's pods know their budgets before the first of them asks;
+    /// not once `cancel` ends the stage.
+    pub async fn watch_namespace(
+        &self,
+        namespace: &str,
+        bound: Duration,
+        cancel: &CancellationToken,
+    ) -> BudgetHold {
         let hold = self.hold(namespace, None);
         let index = hold.index.clone();
-        let _ = tokio::time::timeout(bound, index.wait_until(Index::synced)).await;
+        tokio::select! {
+            _ = tokio::time::timeout(bound, index.wait_until(Index::synced)) => {}
+            _ = cancel.cancelled() => {}
+        }
         hold
     }
 
@@ -582,6 +591,23 @@ mod tests {
         assert!(futures::poll!(&mut allows).is_pending());
         web.index.remove("shop/web");
         assert!(futures::poll!(&mut allows).is_ready());
+    }
+
+    /// A stage cancelled while it waits for its budgets' first list (the
+    /// API server out of reach here) stops waiting at once, still holding
+    /// the watch for what comes next.
+    #[tokio::test]
+    async fn a_cancelled_stage_does_not_wait_for_its_first_budget_list() {
+        let w = watches();
+        let cancel = CancellationToken::new();
+        let mut opening = Box::pin(w.watch_namespace("shop", Duration::from_secs(3600), &cancel));
+        assert!(futures::poll!(&mut opening).is_pending(), "no list yet");
+        cancel.cancel();
+        let std::task::Poll::Ready(hold) = futures::poll!(&mut opening) else {
+            panic!("cancelled: the wait ends");
+        };
+        assert!(hold.covers("shop", None));
+        assert_eq!(w.views().len(), 1);
     }
 
     /// A pod selected by a watched budget asks while the budget's status,

@@ -94,7 +94,7 @@ impl Drainer {
         let opened = futures::future::join_all(
             namespaces
                 .iter()
-                .map(|ns| self.budgets.watch_namespace(ns, first_list)),
+                .map(|ns| self.budgets.watch_namespace(ns, first_list, cancel)),
         )
         .await;
         budget_watches.extend(namespaces.iter().map(|ns| ns.to_string()).zip(opened));
