@@ -134,7 +134,11 @@ impl StatusReporter {
         let mut medik8s_refs = true;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut surfaces: [Surface; 3] = Default::default();
+        // Each is written once at start, whatever changes come.
+        let mut surfaces: [Surface; 3] = std::array::from_fn(|_| Surface {
+            dirty: true,
+            pace: RetryPace::default(),
+        });
         let mut condition: Option<Vec<ConditionKey>> = None;
         loop {
             let changed = tokio::select! {
