@@ -260,7 +260,8 @@ impl Index {
         })
     }
 
-    /// A receiver that changes whenever the index does.
+    /// A receiver that changes whenever the index does, from now on (what
+    /// came before counts as seen).
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.generation.subscribe()
     }

@@ -191,8 +191,7 @@ impl BudgetWatches {
                 // Subscribed before the status is read: a status that comes
                 // after this read wakes the pod even if it comes before the
                 // pod starts waiting.
-                let mut seen = open.index.changes();
-                seen.mark_unchanged();
+                let seen = open.index.changes();
                 let mut tickets = open.tickets.lock().unwrap_or_else(|e| e.into_inner());
                 open.index.all().iter().find_map(|b| {
                     let in_scope = b["metadata"]["namespace"] == namespace
@@ -247,9 +246,7 @@ impl BudgetWatches {
             namespace: namespace.to_string(),
             name: None,
         })?;
-        let mut changes = open.index.changes();
-        changes.mark_unchanged();
-        Some(changes)
+        Some(open.index.changes())
     }
 
     /// The open watches' views, by what they cover (for status and
@@ -411,11 +408,7 @@ impl BudgetHold {
         let budgets = self.index.clone();
         let tickets = self.tickets.clone();
         let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let mut changes = seen.unwrap_or_else(|| {
-            let mut changes = budgets.changes();
-            changes.mark_unchanged();
-            changes
-        });
+        let mut changes = seen.unwrap_or_else(|| budgets.changes());
         let ns = self.scope.namespace.clone();
         let name = self.budget.clone();
         async move {
