@@ -286,12 +286,8 @@ fn take_ticket(
     if observed.is_none() || observed != b["metadata"]["generation"].as_i64() {
         return Ok(None);
     }
-    if take_one(b, tickets) {
-        let uid = b["metadata"]["uid"].as_str().unwrap_or_default();
-        let rv = b["metadata"]["resourceVersion"]
-            .as_str()
-            .unwrap_or_default();
-        return Ok(Some((uid.to_string(), rv.to_string())));
+    if let Some(taken) = take_one(b, tickets) {
+        return Ok(Some(taken));
     }
     Err(format!(
         "The disruption budget {} needs {} healthy pods and has {} currently",
@@ -337,8 +333,9 @@ impl Drop for Ticket {
 
 /// Takes one of the disruptions budget `b`'s status allows, if one is
 /// left: `tickets` count, per budget, how many were taken under its status
-/// of that resourceVersion (a new status starts again from none).
-fn take_one(b: &Value, tickets: &mut BTreeMap<String, (String, i64)>) -> bool {
+/// of that resourceVersion (a new status starts again from none). Returns
+/// the budget's uid and the resourceVersion it was counted under.
+fn take_one(b: &Value, tickets: &mut BTreeMap<String, (String, i64)>) -> Option<(String, String)> {
     let allowed = b["status"]["disruptionsAllowed"].as_i64().unwrap_or(0);
     let uid = b["metadata"]["uid"].as_str().unwrap_or_default();
     let rv = b["metadata"]["resourceVersion"]
@@ -350,11 +347,11 @@ fn take_one(b: &Value, tickets: &mut BTreeMap<String, (String, i64)>) -> bool {
     if entry.0 != rv {
         *entry = (rv.to_string(), 0);
     }
-    let left = entry.1 < allowed;
-    if left {
-        entry.1 += 1;
+    if entry.1 >= allowed {
+        return None;
     }
-    left
+    entry.1 += 1;
+    Some((uid.to_string(), rv.to_string()))
 }
 
 /// What a pod may do before it asks to be evicted (see
@@ -428,7 +425,10 @@ impl BudgetHold {
                     return;
                 }
                 let mut tickets = tickets.lock().unwrap_or_else(|e| e.into_inner());
-                if watched.into_iter().any(|b| take_one(b, &mut tickets)) {
+                if watched
+                    .into_iter()
+                    .any(|b| take_one(b, &mut tickets).is_some())
+                {
                     return;
                 }
             }
