@@ -82,11 +82,20 @@ impl RetryPace {
 /// Node's condition), with its own retry pace: a surface the API refuses
 /// (a CRD not installed, a role without the verb) backs off alone, and
 /// the others still go out at once when the drain changes phase.
-#[derive(Default)]
 struct Surface {
     /// Something may have changed since its last write.
     dirty: bool,
     pace: RetryPace,
+}
+
+impl Default for Surface {
+    /// Nothing written yet: the first tick writes it, whatever changes come.
+    fn default() -> Self {
+        Surface {
+            dirty: true,
+            pace: RetryPace::default(),
+        }
+    }
 }
 
 impl Surface {
@@ -134,11 +143,7 @@ impl StatusReporter {
         let mut medik8s_refs = true;
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Each is written once at start, whatever changes come.
-        let mut surfaces: [Surface; 3] = std::array::from_fn(|_| Surface {
-            dirty: true,
-            pace: RetryPace::default(),
-        });
+        let mut surfaces: [Surface; 3] = Default::default();
         let mut condition: Option<Vec<ConditionKey>> = None;
         loop {
             let changed = tokio::select! {
