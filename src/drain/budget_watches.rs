@@ -206,6 +206,7 @@ impl BudgetWatches {
                     Some(match take_ticket(b, &mut tickets) {
                         Ok(taken) => Ok(taken.map(|(budget, rv)| Ticket {
                             tickets: open.tickets.clone(),
+                            index: open.index.clone(),
                             budget,
                             rv,
                             used: false,
@@ -298,19 +299,25 @@ fn take_ticket(
 }
 
 /// One of a budget's disruptions, taken by a pod about to ask: given back
-/// when dropped unless [`Ticket::used`] says the eviction was sent (a
-/// stage cancelled or re-planned before its pods asked would otherwise
-/// leave the budget's disruptions taken until its next status, and its
-/// pods waiting for a status that may not come).
+/// when dropped unless [`Ticket::used`] says the API server counted it.
+/// A pod that never asked (its stage cancelled or re-planned), or whose
+/// eviction failed for any reason but the budget (a 503, a timeout), would
+/// otherwise leave the disruption taken until the budget's next status,
+/// which no eviction is coming to cause: the pods waiting on it would sit
+/// until their backstop. Giving it back wakes them.
 pub struct Ticket {
     tickets: Tickets,
+    /// The watch whose waiters a disruption given back wakes.
+    index: Index,
     budget: String,
     rv: String,
     used: bool,
 }
 
 impl Ticket {
-    /// The eviction is being sent: the disruption stays taken.
+    /// The API server granted the eviction, or refused it by the budget
+    /// (the status it was counted under is behind; the next one counts
+    /// afresh): the disruption stays taken.
     pub fn used(mut self) {
         self.used = true;
     }
@@ -327,6 +334,8 @@ impl Drop for Ticket {
             && *taken > 0
         {
             *taken -= 1;
+            drop(tickets);
+            self.index.touch();
         }
     }
 }
@@ -400,8 +409,9 @@ impl BudgetHold {
     /// status seen before may still count the disruption that was just
     /// refused. A status that allows `k` disruptions lets `k` waiting pods
     /// go; the rest wait for the next status (the evictions it allowed
-    /// change it).
-    pub fn allows(&self) -> impl Future<Output = ()> + use<> {
+    /// change it). The disruption taken comes with it, None when the
+    /// budget is gone.
+    pub fn allows(&self) -> impl Future<Output = Option<Ticket>> + use<> {
         let budgets = self.index.clone();
         let tickets = self.tickets.clone();
         let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -422,14 +432,20 @@ impl BudgetHold {
                     })
                     .collect();
                 if name.is_some() && watched.is_empty() {
-                    return;
+                    return None;
                 }
-                let mut tickets = tickets.lock().unwrap_or_else(|e| e.into_inner());
-                if watched
-                    .into_iter()
-                    .any(|b| take_one(b, &mut tickets).is_some())
-                {
-                    return;
+                let taken = {
+                    let mut taken = tickets.lock().unwrap_or_else(|e| e.into_inner());
+                    watched.into_iter().find_map(|b| take_one(b, &mut taken))
+                };
+                if let Some((budget, rv)) = taken {
+                    return Some(Ticket {
+                        tickets,
+                        index: budgets,
+                        budget,
+                        rv,
+                        used: false,
+                    });
                 }
             }
         }
@@ -548,14 +564,16 @@ mod tests {
             b["metadata"]["resourceVersion"] = json!(rv);
             b
         };
+        // Each pod woken asks, and its eviction is granted.
         async fn wake(
-            waiting: &mut [Option<std::pin::Pin<Box<impl Future<Output = ()>>>>],
+            waiting: &mut [Option<std::pin::Pin<Box<impl Future<Output = Option<Ticket>>>>>],
         ) -> usize {
             let mut woken = 0;
             for slot in waiting.iter_mut() {
                 if let Some(w) = slot
-                    && futures::poll!(w).is_ready()
+                    && let std::task::Poll::Ready(ticket) = futures::poll!(w)
                 {
+                    ticket.expect("the budget is there").used();
                     *slot = None;
                     woken += 1;
                 }
@@ -570,6 +588,40 @@ mod tests {
         index.upsert(with_rv(2, "4"));
         let woken_now = wake(&mut waiting).await;
         assert_eq!(woken_now, 2, "two allowed: the two others go");
+    }
+
+    /// A disruption given back (its eviction failed with a 503, say) wakes
+    /// a pod waiting on the budget at once, which takes it: the status that
+    /// counted it will not change, since no eviction happened.
+    #[tokio::test]
+    async fn a_disruption_given_back_wakes_a_waiting_pod() {
+        let w = watches();
+        let labels = BTreeMap::from([("app".to_string(), "web".to_string())]);
+        let stage = w.hold("shop", None);
+        stage.index.upsert(json!({
+            "metadata": {"uid": "u-web", "namespace": "shop", "name": "web",
+                         "generation": 1, "resourceVersion": "5"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}},
+            "status": {"disruptionsAllowed": 1, "observedGeneration": 1},
+        }));
+        let Claim::Ask(Some(first)) = w.claim("shop", &labels) else {
+            panic!("one disruption: the first pod takes it");
+        };
+        let Claim::Wait(second, _) = w.claim("shop", &labels) else {
+            panic!("none left: the second pod waits");
+        };
+        let mut wakes = Box::pin(second.allows());
+        assert!(futures::poll!(&mut wakes).is_pending());
+        drop(first);
+        let std::task::Poll::Ready(Some(taken)) = futures::poll!(&mut wakes) else {
+            panic!("given back: the waiting pod wakes with it");
+        };
+        assert!(
+            matches!(w.claim("shop", &labels), Claim::Wait(..)),
+            "the woken pod holds it"
+        );
+        drop(taken);
+        assert!(matches!(w.claim("shop", &labels), Claim::Ask(Some(_))));
     }
 
     /// The budget that refused is deleted: nothing holds the pod any more,
@@ -660,7 +712,9 @@ mod tests {
         // it, and a new pod waits again.
         let mut wakes = Box::pin(second.allows());
         stage.index.upsert(web(1, 2, "9"));
-        assert!(futures::poll!(&mut wakes).is_ready());
+        let std::task::Poll::Ready(Some(_woken)) = futures::poll!(&mut wakes) else {
+            panic!("the next status wakes the waiting pod");
+        };
         assert!(matches!(w.claim("shop", &labels("web")), Claim::Wait(..)));
         // A status that comes between the decision to wait and the wait
         // itself still wakes the pod.

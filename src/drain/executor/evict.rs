@@ -137,6 +137,8 @@ impl Drainer {
         // The budget watch this pod holds while a budget blocks it; it goes
         // with the block (or with this function).
         let mut hold: Option<BudgetHold> = None;
+        // The disruption the hold's wake-up took for this pod's next ask.
+        let mut woken: Option<Ticket> = None;
         let labels = self
             .pods
             .get(&pod.uid)
@@ -151,7 +153,7 @@ impl Drainer {
             // watch: a wake-up is its turn to ask.
             let claim = match hold {
                 None => self.budgets.claim(&pod.namespace, &labels),
-                Some(_) => Claim::Ask(None),
+                Some(_) => Claim::Ask(woken.take()),
             };
             let (blocker, kind, by_budget) = match claim {
                 Claim::Wait(budget, blocker) => {
@@ -186,12 +188,12 @@ impl Drainer {
                 _ = cancel.cancelled() => return,
                 _ = stop_evicting.cancelled() => break,
                 _ = tokio::time::sleep(wait) => {}
-                _ = async {
+                ticket = async {
                     match budget_allows {
                         Some(allows) => allows.await,
                         None => std::future::pending().await,
                     }
-                } => {}
+                } => woken = ticket,
                 _ = pods.wait_until(move |i| !i.contains(&uid)) => {}
             }
         }
@@ -234,9 +236,6 @@ impl Drainer {
         // The budgets' changes as of the ask: a status that comes with the
         // refusal still wakes the pod.
         let seen = self.budgets.changes_of(&pod.namespace);
-        if let Some(ticket) = ticket {
-            ticket.used();
-        }
         let outcome = self
             .ops
             .evict(&pod.namespace, &pod.name, &pod.uid, None)
@@ -249,6 +248,15 @@ impl Drainer {
             &outcome,
             EvictionOutcome::Blocked { blocker } if blocking_budget(blocker).is_some()
         );
+        // The budget's disruption stays taken when the API server counted
+        // it: granted, or refused by the budget (its next status counts
+        // afresh). Any other outcome gives it back, to this pod's next ask
+        // or to another's.
+        if (by_budget || matches!(outcome, EvictionOutcome::Evicted))
+            && let Some(ticket) = ticket
+        {
+            ticket.used();
+        }
         let (blocker, kind) = match outcome {
             EvictionOutcome::Evicted => {
                 self.set_pod(&pod.uid, PodState::Terminating, None);
