@@ -182,7 +182,8 @@ impl ClusterOps {
                 }
                 return Ok(());
             };
-            patch["metadata"]["resourceVersion"] = node["metadata"]["resourceVersion"].clone();
+            let from = node["metadata"]["resourceVersion"].clone();
+            patch["metadata"]["resourceVersion"] = from.clone();
             let body = serde_json::to_vec(&patch).map_err(|e| self.node_err(e.to_string()))?;
             let req = Request::patch(format!(
                 "/api/v1/nodes/{}?fieldManager={}",
@@ -192,7 +193,16 @@ impl ClusterOps {
             .body(body)
             .map_err(|e| self.node_err(e.to_string()))?;
             match self.client.request::<Value>(req).await {
-                Ok(_) => return Ok(()),
+                Ok(written) => {
+                    // The agent sees its own write at once, not when the
+                    // watch brings it: what waits on it (a rolling turn's
+                    // slot goes to the next node once this one is
+                    // uncordoned) does not wait for the watch.
+                    if let (Some(view), Some(from)) = (&self.view, from.as_str()) {
+                        view.upsert_own_write(written, from);
+                    }
+                    return Ok(());
+                }
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     tokio::time::sleep(backoff.next_delay()).await;
                 }

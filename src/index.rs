@@ -286,6 +286,30 @@ impl Index {
         self.bump();
     }
 
+    /// Puts in `obj`, the object as this agent's own write left it, only if
+    /// the index still holds the version the write was made against
+    /// (`from`, its resourceVersion precondition): then the watch's next
+    /// event for it is this very write, so the index only sees it sooner,
+    /// and never goes back to an older version when the event comes.
+    /// Whether it was put in.
+    pub fn upsert_own_write(&self, obj: Value, from: &str) -> bool {
+        let Some(uid) = uid_of(&obj) else {
+            return false;
+        };
+        let mut inner = self.lock();
+        let current = inner
+            .objects
+            .get(&uid)
+            .is_some_and(|o| o["metadata"]["resourceVersion"].as_str() == Some(from));
+        if !current {
+            return false;
+        }
+        inner.objects.insert(uid, Arc::new(obj));
+        drop(inner);
+        self.bump();
+        true
+    }
+
     /// Takes the object with `uid` out.
     pub fn remove(&self, uid: &str) {
         if self.lock().objects.remove(uid).is_some() {
@@ -652,5 +676,45 @@ pub async fn changed_if_any<T>(
     match rx.as_mut() {
         Some(rx) => rx.changed().await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(rv: &str, unschedulable: bool) -> Value {
+        json!({"metadata": {"uid": "u1", "name": "node-a", "resourceVersion": rv},
+               "spec": {"unschedulable": unschedulable}})
+    }
+
+    /// The agent's own write goes in only over the version it was made
+    /// against: over anything else (the watch moved on, or is behind what
+    /// the write read) the watch's events stay in charge.
+    #[test]
+    fn an_own_write_goes_in_only_over_the_version_it_was_made_against() {
+        let index = Index::new();
+        index.upsert(node("7", false));
+        let changes = index.changes();
+        assert!(index.upsert_own_write(node("8", true), "7"));
+        assert!(changes.has_changed().unwrap(), "those waiting on it wake");
+        assert_eq!(
+            index.by_name("node-a").unwrap()["spec"]["unschedulable"],
+            true
+        );
+        // The watch already brought a newer version: the write is older.
+        index.upsert(node("9", false));
+        assert!(!index.upsert_own_write(node("8", true), "7"));
+        assert_eq!(
+            index.by_name("node-a").unwrap()["metadata"]["resourceVersion"],
+            "9"
+        );
+        // Made against a version the watch has not brought yet.
+        assert!(!index.upsert_own_write(node("11", true), "10"));
+        assert_eq!(
+            index.by_name("node-a").unwrap()["metadata"]["resourceVersion"],
+            "9"
+        );
     }
 }
