@@ -25,6 +25,8 @@ pub struct WatchTarget {
     /// e.g. "/api/v1/pods" or "/apis/maintd.io/v1alpha1/nodemaintenances".
     pub path: String,
     pub field_selector: Option<String>,
+    /// Only the objects with these labels (`key=value,...`).
+    pub label_selector: Option<String>,
     /// How the watch guards against a dead connection.
     pub guard: WatchGuard,
     /// Ask for metadata only (`PartialObjectMetadata`): the objects' specs
@@ -42,10 +44,17 @@ impl WatchTarget {
         WatchTarget {
             path: path.into(),
             field_selector,
+            label_selector: None,
             guard,
             metadata_only: false,
             trim: strip_managed_fields,
         }
+    }
+
+    /// The same watch, of the objects with these labels only.
+    pub fn labelled(mut self, selector: impl Into<String>) -> Self {
+        self.label_selector = Some(selector.into());
+        self
     }
 
     /// The same watch, keeping the objects whole, `metadata.managedFields`
@@ -398,6 +407,9 @@ impl Index {
             if let Some(fs) = &target.field_selector {
                 lp = lp.fields(fs);
             }
+            if let Some(ls) = &target.label_selector {
+                lp = lp.labels(ls);
+            }
             let list = tokio::select! {
                 r = tokio::time::timeout(idle, list_all(&client, &req, &lp, &target)) => r,
                 _ = stop.cancelled() => return,
@@ -433,6 +445,9 @@ impl Index {
                 let mut wp = WatchParams::default().timeout(rand::random_range(240..=300));
                 if let Some(fs) = &target.field_selector {
                     wp = wp.fields(fs);
+                }
+                if let Some(ls) = &target.label_selector {
+                    wp = wp.labels(ls);
                 }
                 let http_req = match req.watch(&wp, &rv) {
                     Ok(mut r) => {

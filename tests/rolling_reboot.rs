@@ -69,23 +69,21 @@ async fn pool(n: usize) -> (SimCluster, Vec<String>) {
     (sim, names)
 }
 
-async fn create_roll(
-    client: &kube::Client,
-    name: &str,
-    max: i32,
-    wait_for_reboot: Value,
-) -> String {
-    let obj: DynamicObject = serde_json::from_value(json!({
+/// A rolling NodeMaintenance `name` of the blue pool, stage Drain, whose
+/// turns end with a reboot: `spec` adds to its spec.
+async fn create_roll(client: &kube::Client, name: &str, spec: Value) -> String {
+    let mut obj = json!({
         "apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
         "metadata": {"name": name},
         "spec": {
             "nodeSelector": {"matchLabels": {"pool": "blue"}},
             "stage": "Drain",
-            "maxConcurrentDrains": max,
-            "waitForReboot": wait_for_reboot,
         },
-    }))
-    .unwrap();
+    });
+    for (k, v) in spec.as_object().into_iter().flatten() {
+        obj["spec"][k] = v.clone();
+    }
+    let obj: DynamicObject = serde_json::from_value(obj).unwrap();
     let made = nodemaintenances(client)
         .create(&PostParams::default(), &obj)
         .await
@@ -107,9 +105,19 @@ fn done_for(node: &Value, uid: &str) -> bool {
 
 /// Who holds the slot Leases of NodeMaintenance `name` now.
 async fn slot_holders(client: &kube::Client, name: &str) -> Vec<String> {
+    holders(client, &format!("nm-{name}")).await
+}
+
+/// Who holds the places in line (`cordonAhead`) of NodeMaintenance `name`.
+async fn place_holders(client: &kube::Client, name: &str) -> Vec<String> {
+    holders(client, &format!("nm.ahead.{name}")).await
+}
+
+/// Who holds the Leases of slot group `group` now.
+async fn holders(client: &kube::Client, group: &str) -> Vec<String> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "maintd");
     leases
-        .list(&ListParams::default().labels(&format!("maintd.io/reboot-group=nm-{name}")))
+        .list(&ListParams::default().labels(&format!("maintd.io/reboot-group={group}")))
         .await
         .unwrap()
         .items
@@ -130,6 +138,72 @@ fn most_unschedulable_at_once(seen: &[Value]) -> usize {
     most
 }
 
+/// The updater's part: reboots each node once it is drained and holds its
+/// turn (its boot ID is the one its turn started at), until every node is
+/// done with the object `name` (uid `uid`). With `restart`, the even
+/// nodes reboot as a real node does (their agent dies with them and a new
+/// one starts), and each node's first writes after its reboot fail, so its
+/// uncordon is slow to land. Returns each node's new boot ID.
+async fn reboot_each_in_turn(
+    sim: &SimCluster,
+    names: &[String],
+    agents: &mut HashMap<String, RunningAgent>,
+    uid: &str,
+    name: &str,
+    restart: bool,
+) -> HashMap<String, String> {
+    let client = sim.client();
+    let mut rebooted: HashMap<String, String> = HashMap::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut all_done = true;
+        for node_name in names {
+            let n = node(&client, node_name).await;
+            if done_for(&n, uid) {
+                continue;
+            }
+            all_done = false;
+            let turn = maintd::api::turns::record(&n);
+            let drained = agents[node_name].progress.status().phase == Phase::Drained;
+            if drained
+                && !rebooted.contains_key(node_name)
+                && turn.as_ref().is_some_and(|t| {
+                    t.uid == uid && Some(t.boot_id.as_str()) == maintd::api::turns::boot_id(&n)
+                })
+            {
+                let dies = restart && node_name.ends_with(['0', '2', '4', '6']);
+                if dies {
+                    agents.remove(node_name).unwrap().stop().await;
+                }
+                if restart {
+                    // The node's first writes after its reboot fail: its
+                    // uncordon comes late, and the slot must wait for it.
+                    sim.state
+                        .faults
+                        .fail_writes(&format!("/api/v1/nodes/{node_name}"), 500, 2);
+                }
+                let boot = sim
+                    .reboot_node(node_name, Duration::from_millis(300))
+                    .unwrap();
+                rebooted.insert(node_name.clone(), boot);
+                if dies {
+                    agents.insert(node_name.clone(), RunningAgent::start(sim, node_name, None));
+                }
+            }
+        }
+        if all_done {
+            return rebooted;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the rollout did not finish: rebooted {:?}; holders {:?}",
+            rebooted.keys().collect::<Vec<_>>(),
+            slot_holders(&client, name).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Eight nodes, two slots: each node is cordoned as it takes a slot, is
 /// drained, waits for its reboot, and is uncordoned before the slot goes
 /// on; the Node watch never sees more than two unschedulable. Half the
@@ -146,55 +220,14 @@ async fn a_rolling_maintenance_over_eight_nodes_keeps_at_most_two_unschedulable_
         .iter()
         .map(|n| (n.clone(), RunningAgent::start(&sim, n, None)))
         .collect();
-    let uid = create_roll(&client, "roll", 2, json!({"timeoutSeconds": 600})).await;
+    let uid = create_roll(
+        &client,
+        "roll",
+        json!({"maxConcurrentDrains": 2, "waitForReboot": {"timeoutSeconds": 600}}),
+    )
+    .await;
 
-    // The updater's part: reboot each node once it is drained and holds
-    // its turn (its boot ID is the one its turn started at).
-    let mut rebooted: HashMap<String, String> = HashMap::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let mut all_done = true;
-        for name in &names {
-            let n = node(&client, name).await;
-            if done_for(&n, &uid) {
-                continue;
-            }
-            all_done = false;
-            let turn = maintd::api::turns::record(&n);
-            let drained = agents[name].progress.status().phase == Phase::Drained;
-            if drained
-                && !rebooted.contains_key(name)
-                && turn.as_ref().is_some_and(|t| {
-                    t.uid == uid && Some(t.boot_id.as_str()) == maintd::api::turns::boot_id(&n)
-                })
-            {
-                let restart = name.ends_with(['0', '2', '4', '6']);
-                if restart {
-                    agents.remove(name).unwrap().stop().await;
-                }
-                // The node's first writes after its reboot fail: its
-                // uncordon comes late, and the slot must wait for it.
-                sim.state
-                    .faults
-                    .fail_writes(&format!("/api/v1/nodes/{name}"), 500, 2);
-                let boot = sim.reboot_node(name, Duration::from_millis(300)).unwrap();
-                rebooted.insert(name.clone(), boot);
-                if restart {
-                    agents.insert(name.clone(), RunningAgent::start(&sim, name, None));
-                }
-            }
-        }
-        if all_done {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the rollout did not finish: rebooted {:?}; holders {:?}",
-            rebooted.keys().collect::<Vec<_>>(),
-            slot_holders(&client, "roll").await
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let rebooted = reboot_each_in_turn(&sim, &names, &mut agents, &uid, "roll", true).await;
     assert_eq!(rebooted.len(), 8, "every node rebooted once: {rebooted:?}");
     // Every node is back in scheduling, its turn recorded done, no slot held.
     eventually("every node is uncordoned and no slot is held", || {
@@ -246,6 +279,148 @@ async fn a_rolling_maintenance_over_eight_nodes_keeps_at_most_two_unschedulable_
     }
 }
 
+/// Six nodes, two drain slots, one cordoned ahead (`cordonAhead: 1`): while
+/// two nodes drain and wait for their reboot, a third is cordoned, evicts
+/// nothing and holds the one place in line; the rest stay schedulable. Its
+/// agent restarted then takes up its place again, not queueing anew. Each
+/// node drains and reboots in turn, and the Node watch never sees more than
+/// slots + cordonAhead = 3 nodes unschedulable at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_maintenance_cordons_the_next_node_ahead_and_no_more() {
+    let (sim, names) = pool(6).await;
+    let client = sim.client();
+    let kubectl = Kubectl::new(&sim);
+    let watch = kubectl.watch_json(&["nodes"]);
+    let mut agents: HashMap<String, RunningAgent> = names
+        .iter()
+        .map(|n| (n.clone(), RunningAgent::start(&sim, n, None)))
+        .collect();
+    let uid = create_roll(
+        &client,
+        "ahead",
+        json!({"maxConcurrentDrains": 2, "cordonAhead": 1, "waitForReboot": {"timeoutSeconds": 600}}),
+    )
+    .await;
+
+    // Nothing reboots yet: two nodes drain and wait for it, and one more
+    // takes the place in line and is cordoned.
+    let ahead = |agents: &HashMap<String, RunningAgent>| {
+        agents.iter().find_map(|(n, a)| {
+            a.progress
+                .status()
+                .waiting
+                .is_some_and(|w| w.contains("cordoned ahead of its turn"))
+                .then(|| n.clone())
+        })
+    };
+    eventually("two nodes drained and a third cordoned ahead", || {
+        let drained = agents
+            .values()
+            .filter(|a| a.progress.status().phase == Phase::Drained)
+            .count();
+        let next = ahead(&agents);
+        let c = client.clone();
+        async move {
+            let Some(next) = next else { return false };
+            drained == 2
+                && unschedulable(&node(&c, &next).await)
+                && place_holders(&c, "ahead").await == [next.clone()]
+        }
+    })
+    .await;
+    let next = ahead(&agents).unwrap();
+    let mut drained: Vec<String> = slot_holders(&client, "ahead").await;
+    drained.sort();
+    assert_eq!(drained.len(), 2, "{drained:?}");
+    assert!(
+        !drained.contains(&next),
+        "the node cordoned ahead holds no slot"
+    );
+    // It evicted nothing: its pods are still on it.
+    let evicted: Vec<String> = sim
+        .state
+        .audit
+        .entries()
+        .into_iter()
+        .filter(|e| e.verb == "evict" && e.code == 201)
+        .map(|e| e.name)
+        .collect();
+    assert!(
+        evicted.iter().all(|p| !p.starts_with(&format!("{next}-"))),
+        "{next} evicted nothing yet: {evicted:?}"
+    );
+    // The other three wait uncordoned.
+    for n in names.iter().filter(|n| **n != next && !drained.contains(n)) {
+        assert!(
+            !unschedulable(&node(&client, n).await),
+            "{n} stays schedulable"
+        );
+        assert!(
+            agents[n]
+                .progress
+                .status()
+                .waiting
+                .as_deref()
+                .is_some_and(|w| w.contains("a place in line")),
+            "{n}: {:?}",
+            agents[n].progress.status()
+        );
+    }
+    // Its agent restarts: the new one takes up the same place.
+    agents.remove(&next).unwrap().stop().await;
+    agents.insert(next.clone(), RunningAgent::start(&sim, &next, None));
+    eventually("the restarted agent holds its place again", || {
+        let w = agents[&next].progress.status().waiting;
+        let (c, next) = (client.clone(), next.clone());
+        async move {
+            w.is_some_and(|w| w.contains("cordoned ahead of its turn"))
+                && place_holders(&c, "ahead").await == [next]
+        }
+    })
+    .await;
+
+    let rebooted = reboot_each_in_turn(&sim, &names, &mut agents, &uid, "ahead", false).await;
+    assert_eq!(rebooted.len(), 6, "every node rebooted once: {rebooted:?}");
+    eventually("every node is uncordoned and nothing is held", || {
+        let (c, names) = (client.clone(), names.clone());
+        async move {
+            let mut all = slot_holders(&c, "ahead").await.is_empty()
+                && place_holders(&c, "ahead").await.is_empty();
+            for name in &names {
+                all &= !unschedulable(&node(&c, name).await);
+            }
+            all
+        }
+    })
+    .await;
+    let evicted = sim
+        .state
+        .audit
+        .entries()
+        .into_iter()
+        .filter(|e| e.verb == "evict" && e.code == 201)
+        .count();
+    assert_eq!(evicted, 12, "each node drained once");
+    let seen = watch.seen.lock().unwrap().clone();
+    assert_eq!(
+        most_unschedulable_at_once(&seen),
+        3,
+        "two draining and one cordoned ahead, never more"
+    );
+    // The node cordoned ahead stayed cordoned across its agent's restart:
+    // it was uncordoned once, after its reboot.
+    let states: Vec<bool> = seen
+        .iter()
+        .filter(|o| o["metadata"]["name"] == next.as_str())
+        .map(unschedulable)
+        .collect();
+    let uncordons = states.windows(2).filter(|w| w[0] && !w[1]).count();
+    assert_eq!(uncordons, 1, "{next}: {states:?}");
+    for (_, a) in agents {
+        a.stop().await;
+    }
+}
+
 /// A node that does not boot again in time: with `onTimeout: Hold` it
 /// stays cordoned and keeps its slot (the next node waits), with a Warning
 /// naming the object; once the object says `Release`, it is uncordoned
@@ -258,7 +433,12 @@ async fn a_node_that_does_not_reboot_in_time_holds_the_rollout_or_lets_it_go_as_
         .iter()
         .map(|n| RunningAgent::start(&sim, n, None))
         .collect();
-    let uid = create_roll(&client, "slow", 1, json!({"timeoutSeconds": 5})).await;
+    let uid = create_roll(
+        &client,
+        "slow",
+        json!({"maxConcurrentDrains": 1, "waitForReboot": {"timeoutSeconds": 5}}),
+    )
+    .await;
     // Whichever node takes the slot first drains, then waits for a reboot
     // that never comes.
     let warned = |a: &RunningAgent| {

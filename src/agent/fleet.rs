@@ -3,6 +3,7 @@
 //! steady-state ends that request and frees the slot.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -10,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Agent;
 use crate::coordination::{
-    DEFAULT_LEASE_DURATION, RebootSlots, SlotGuard, SlotRequest, groups_held_by, wait_for_slot,
+    Acquisition, DEFAULT_LEASE_DURATION, RebootSlots, SlotGuard, SlotRequest, groups_held_by,
+    wait_for_slot,
 };
 use crate::drain::progress::{Phase, Progress};
 use crate::fleetlock::{DrainControl, DrainState, FleetLock};
@@ -163,8 +165,11 @@ impl Agent {
                 let why = match lookup.await {
                     Ok(Ok(groups)) => {
                         // A NodeMaintenance's drain slots (`nm-<name>`)
-                        // are taken and given back by the agent's loop.
-                        for g in groups.into_iter().filter(|g| !g.starts_with("nm-")) {
+                        // and places in line are taken and given back by
+                        // the agent's loop.
+                        for g in groups.into_iter().filter(|g| {
+                            !g.starts_with("nm-") && !g.starts_with(crate::trigger::AHEAD_PREFIX)
+                        }) {
                             if let Err(e) = resume.resume(&g).await {
                                 tracing::warn!(group = %g, error = %e, "could not resume the reboot slot held before the restart");
                             }
@@ -186,25 +191,88 @@ impl Agent {
 }
 
 impl Agent {
-    /// Starts waiting for the slot `ask` names, as a task that ends holding
-    /// it (renewed until released) or with `stop`. While it waits, the
-    /// status says for what and who holds the slots.
-    pub(super) fn wait_for_slot(
+    /// Starts waiting for `ask`'s turn, as a task that ends holding what it
+    /// waited for (renewed until released) or with `stop`; while it waits,
+    /// the status says for what and who holds the slots. First, in one
+    /// small LIST each, it takes up again what this node already holds
+    /// (the agent restarted in the middle of its turn: it does not queue
+    /// again); the flag says when that first look is over.
+    pub(super) fn wait_for_turn(
         &self,
         ask: &SlotAsk,
+        wait: TurnWait,
         stop: &CancellationToken,
         cancel: CancellationToken,
-    ) -> tokio::task::JoinHandle<Option<SlotGuard>> {
+    ) -> (tokio::task::JoinHandle<Option<Taken>>, Arc<AtomicBool>) {
+        let looked = Arc::new(AtomicBool::new(false));
+        let slots = self.slots_of(ask);
+        let line = self.line(ask).map(|l| self.slots_of(&l));
+        let waiter = match (wait, &line) {
+            (TurnWait::Place, Some(places)) => {
+                let what = ask.line().map(|l| l.what).unwrap_or_default();
+                self.slot_waiter(places.clone(), what, stop, cancel.clone())
+            }
+            (TurnWait::SlotAhead, _) => {
+                let what = format!("{}, cordoned ahead of its turn", ask.what);
+                self.slot_waiter(slots.clone().any_slot(), what, stop, cancel.clone())
+            }
+            _ => self.slot_waiter(slots.clone(), ask.what.clone(), stop, cancel.clone()),
+        };
+        let place = wait == TurnWait::Place && line.is_some();
+        let (node, renew, l) = (self.config.node.clone(), stop.child_token(), looked.clone());
+        let task = tokio::spawn(async move {
+            let held = async {
+                if wait == TurnWait::SlotAhead {
+                    return None;
+                }
+                if let Some(g) = take_up(&slots, &node, &renew, &cancel).await {
+                    return Some(Taken::Slot(g));
+                }
+                match &line {
+                    Some(places) if place => take_up(places, &node, &renew, &cancel)
+                        .await
+                        .map(Taken::Place),
+                    _ => None,
+                }
+            }
+            .await;
+            l.store(true, Ordering::Release);
+            if held.is_some() {
+                return held;
+            }
+            let got = waiter.await?;
+            Some(if place {
+                Taken::Place(got)
+            } else {
+                Taken::Slot(got)
+            })
+        });
+        (task, looked)
+    }
+
+    /// The slots `ask` names, for this node.
+    fn slots_of(&self, ask: &SlotAsk) -> RebootSlots {
         let (client, namespace, node) = self.slot_context();
-        let slots = RebootSlots::for_node(
-            client.clone(),
+        RebootSlots::for_node(
+            client,
             &namespace,
             &node,
             &ask.group,
             ask.max,
             DEFAULT_LEASE_DURATION,
         )
-        .noting_boot(self.boot_id());
+        .noting_boot(self.boot_id())
+    }
+
+    /// Waits for a slot of `slots`, saying why in the status meanwhile.
+    fn slot_waiter(
+        &self,
+        slots: RebootSlots,
+        what: String,
+        stop: &CancellationToken,
+        cancel: CancellationToken,
+    ) -> impl std::future::Future<Output = Option<SlotGuard>> + Send + 'static {
+        let client = self.drainer.ops.client().clone();
         let agent = self.clone();
         let report = Arc::new(move |why: String| {
             agent.say_waiting(Some((crate::policy::HoldKind::Slot, why)));
@@ -212,15 +280,52 @@ impl Agent {
         let request = SlotRequest {
             slots,
             node: self.config.node.clone(),
-            what: ask.what.clone(),
+            what,
         };
-        tokio::spawn(wait_for_slot(
+        wait_for_slot(
             client,
             request,
             self.watch_guard(),
             stop.child_token(),
             cancel,
             report,
-        ))
+        )
     }
+}
+
+/// What a slot wait waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TurnWait {
+    /// The slot, among the node's two candidates.
+    Slot,
+    /// The slot, any of them: the node holds a place in line.
+    SlotAhead,
+    /// A place in line before the slot (`cordonAhead`).
+    Place,
+}
+
+/// The slot of `slots` that `node` holds already, taken up again (renewed
+/// from now on), if any.
+async fn take_up(
+    slots: &RebootSlots,
+    node: &str,
+    renew: &CancellationToken,
+    cancel: &CancellationToken,
+) -> Option<SlotGuard> {
+    if !matches!(slots.held_by(node).await, Ok(true)) || cancel.is_cancelled() {
+        return None;
+    }
+    match slots.acquire_with_renewal(node, renew.clone()).await {
+        Ok(Acquisition::Acquired(g)) => Some(g),
+        _ => None,
+    }
+}
+
+/// What a slot wait came to.
+pub(super) enum Taken {
+    /// The slot itself.
+    Slot(SlotGuard),
+    /// A place in line before the slot: the node is cordoned ahead of its
+    /// turn and waits for the slot with it.
+    Place(SlotGuard),
 }

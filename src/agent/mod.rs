@@ -160,6 +160,7 @@ impl Agent {
                     release_when_drained: false,
                     turn: None,
                     what: "a reboot slot".into(),
+                    ahead: 0,
                 });
             }
             d.sources.push(source);

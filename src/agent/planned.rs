@@ -8,17 +8,35 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::Agent;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::fleet::{Taken, TurnWait};
 use super::reconcile::Reconciler;
 use crate::coordination::SlotGuard;
 use crate::drain::progress::{EventKind, Phase};
 use crate::policy::{Hold, HoldKind};
 use crate::trigger::{Desired, SlotAsk};
 
-/// Waiting for a slot: the waiter task, and how to stop it.
+/// Waiting for a slot, or for a place in line before it: the waiter task,
+/// and how to stop it.
 pub(super) struct SlotWait {
     pub(super) ask: SlotAsk,
-    pub(super) task: JoinHandle<Option<SlotGuard>>,
+    /// Waiting for a place in line (`cordonAhead`), not for the slot.
+    place: bool,
+    pub(super) task: JoinHandle<Option<Taken>>,
     cancel: CancellationToken,
+    /// The waiter has looked for what this node holds already.
+    looked: Arc<AtomicBool>,
+}
+
+impl SlotWait {
+    /// Whether the waiter still has to find out what this node holds
+    /// already: until then, a cordon left over may be this node's turn,
+    /// not something to undo.
+    pub(super) fn unsure(&self) -> bool {
+        !self.looked.load(Ordering::Acquire)
+    }
 }
 
 impl SlotWait {
@@ -29,7 +47,7 @@ impl SlotWait {
         self.cancel.cancel();
         let a = agent.clone();
         tokio::spawn(async move {
-            if let Ok(Some(guard)) = self.task.await
+            if let Ok(Some(Taken::Slot(guard) | Taken::Place(guard))) = self.task.await
                 && let Err(e) = guard.release().await
             {
                 a.warn(format!(
@@ -69,13 +87,22 @@ impl Agent {
 impl Reconciler {
     /// The slot wait ended: the slot is ours (the next look starts the
     /// drain), or the wait was stopped.
-    pub(super) fn on_slot(&mut self, got: Option<Box<SlotGuard>>) {
+    pub(super) fn on_slot(&mut self, got: Option<Box<Taken>>) {
         let Some(wait) = self.slot_taking.take() else {
             return;
         };
-        if let Some(guard) = got {
-            self.slot = Some((wait.ask, *guard));
-            self.agent.say_waiting(None);
+        match got.map(|t| *t) {
+            Some(Taken::Slot(guard)) => {
+                self.slot = Some((wait.ask, guard));
+                // The place in line goes to the next node.
+                self.give_back_place();
+                self.agent.say_waiting(None);
+            }
+            Some(Taken::Place(guard)) => match wait.ask.line() {
+                Some(line) => self.place = Some((line, guard)),
+                None => release_in_background(&self.agent, guard, "a place in line"),
+            },
+            None => {}
         }
     }
 
@@ -108,10 +135,11 @@ impl Reconciler {
             return (desired, None);
         };
         // Nothing is taken while the policy says no: a slot being waited
-        // for goes back to the others.
+        // for, and a place in line, go back to the others.
         if let Some(wait) = self.slot_taking.take() {
             wait.stop(&self.agent);
         }
+        self.give_back_place();
         self.agent
             .say_waiting(Some((hold.kind, hold.reason.clone())));
         (desired.while_waiting(), Some(hold))
@@ -164,29 +192,59 @@ impl Reconciler {
                 None => self.give_back_slot(),
             }
         }
+        // What to wait for: nothing (no slot asked, the slot held, the
+        // policy holding the drain back), the slot, or first a place in
+        // line before it (`cordonAhead`).
+        let waiting = ask.as_ref().filter(|_| self.slot.is_none() && !held);
+        // A place in line is kept while its node waits for that slot.
+        if self.place.as_ref().is_some_and(|(line, _)| {
+            waiting.and_then(|a| self.agent.line(a)).as_ref() != Some(line)
+        }) {
+            self.give_back_place();
+        }
+        let wait_for = waiting.map(|a| (a, self.agent.line(a).is_some() && self.place.is_none()));
         if self
             .slot_taking
             .as_ref()
-            .is_some_and(|w| Some(&w.ask) != ask.as_ref())
+            .is_some_and(|w| Some((&w.ask, w.place)) != wait_for)
             && let Some(wait) = self.slot_taking.take()
         {
             wait.stop(&self.agent);
         }
-        let Some(ask) = ask else {
-            if !held {
+        let Some((ask, place)) = wait_for else {
+            if ask.is_none() && !held {
                 self.agent.say_waiting(None);
             }
             return desired;
         };
-        if self.slot.is_some() || held {
-            return desired;
-        }
         if self.slot_taking.is_none() {
             let cancel = stop.child_token();
-            let task = self.agent.wait_for_slot(&ask, stop, cancel.clone());
-            self.slot_taking = Some(SlotWait { ask, task, cancel });
+            let wait = match (place, self.place.is_some()) {
+                (true, _) => TurnWait::Place,
+                (false, true) => TurnWait::SlotAhead,
+                (false, false) => TurnWait::Slot,
+            };
+            let (task, looked) = self.agent.wait_for_turn(ask, wait, stop, cancel.clone());
+            self.slot_taking = Some(SlotWait {
+                ask: ask.clone(),
+                place,
+                task,
+                cancel,
+                looked,
+            });
         }
-        desired.while_waiting()
+        if self.place.is_some() {
+            desired.cordoned_ahead()
+        } else {
+            desired.while_waiting()
+        }
+    }
+
+    /// Gives back the place in line this node holds, in the background.
+    pub(super) fn give_back_place(&mut self) {
+        if let Some((_, guard)) = self.place.take() {
+            release_in_background(&self.agent, guard, "a place in line");
+        }
     }
 
     /// Whether the node has pods the drain would still evict (true until
@@ -218,13 +276,34 @@ impl Reconciler {
     /// Gives back the slot this node holds, in the background.
     pub(super) fn give_back_slot(&mut self) {
         if let Some((_, guard)) = self.slot.take() {
-            let a = self.agent.clone();
-            tokio::spawn(async move {
-                if let Err(e) = guard.release().await {
-                    a.warn(format!("giving back the reboot slot: {e}"));
-                }
-            });
+            release_in_background(&self.agent, guard, "the reboot slot");
         }
+    }
+}
+
+/// Gives back `guard`'s slot in the background; a failure is a warning
+/// naming `what` (the hold lapses by itself after the lease).
+fn release_in_background(agent: &Agent, guard: SlotGuard, what: &'static str) {
+    let a = agent.clone();
+    tokio::spawn(async move {
+        if let Err(e) = guard.release().await {
+            a.warn(format!("giving back {what}: {e}"));
+        }
+    });
+}
+
+impl Agent {
+    /// The places in line before `ask`'s slot, if its node queues for them:
+    /// never a control-plane node, which takes its turn alone whatever the
+    /// object says.
+    pub(super) fn line(&self, ask: &SlotAsk) -> Option<SlotAsk> {
+        let node = self.node.by_name(&self.config.node);
+        let control_plane = node.is_some_and(|n| {
+            n["metadata"]["labels"]
+                .get(crate::coordination::CONTROL_PLANE_LABEL)
+                .is_some()
+        });
+        ask.line().filter(|_| !control_plane)
     }
 }
 

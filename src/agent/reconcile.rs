@@ -49,6 +49,9 @@ pub(super) struct Reconciler {
     pub(super) slot: Option<(SlotAsk, SlotGuard)>,
     /// Waiting for a slot (see coordination's waiter), and for what.
     pub(super) slot_taking: Option<super::planned::SlotWait>,
+    /// The place in line this node holds before its drain slot
+    /// (`cordonAhead`): it is cordoned ahead of its turn meanwhile.
+    pub(super) place: Option<(SlotAsk, SlotGuard)>,
     medik8s_release: Option<JoinHandle<bool>>,
     release_retry: Option<Instant>,
     warned_value: Option<String>,
@@ -73,8 +76,9 @@ enum Wake {
     /// Something changed: look again.
     Look,
     Logind(crate::inhibitor::ShutdownEvent),
-    /// The slot wait ended: with the slot, or without (stopped).
-    Slot(Option<Box<SlotGuard>>),
+    /// The slot wait ended: with the slot or a place in line, or without
+    /// (stopped).
+    Slot(Option<Box<super::fleet::Taken>>),
     Medik8s(Option<bool>),
 }
 
@@ -99,6 +103,7 @@ impl Reconciler {
             undo: None,
             slot: None,
             slot_taking: None,
+            place: None,
             medik8s_release: None,
             release_retry: None,
             warned_value: None,
@@ -135,6 +140,12 @@ impl Reconciler {
                 self.shutdown_timer(),
                 self.hold_until(),
                 self.turn_timer(),
+                // Until the slot wait has looked for a turn held already,
+                // an undo waits for it: look again shortly.
+                self.slot_taking
+                    .as_ref()
+                    .filter(|w| w.unsure())
+                    .map(|_| Instant::now() + Duration::from_millis(100)),
             ]
             .into_iter()
             .flatten()
@@ -259,7 +270,11 @@ impl Reconciler {
             (None, false) => {
                 // Undo only what is known to be over: until every trigger
                 // has been heard from, "nothing asks" means "not known yet".
-                if self.undo.is_none() && agent.triggers_known() && agent.has_leftovers() {
+                // Nor while a slot wait still looks for a turn this node
+                // holds already (an agent restarted in the middle of it).
+                let unsure = self.slot_taking.as_ref().is_some_and(|w| w.unsure());
+                if self.undo.is_none() && !unsure && agent.triggers_known() && agent.has_leftovers()
+                {
                     self.start_undo(stop);
                 }
             }

@@ -32,8 +32,8 @@ pub use schema::{CrdError, crd, crd_yaml, nodedrain_crd};
 pub use select::{Effective, effective, selects};
 pub use stage::Stage;
 pub use validate::{
-    DEFAULT_REBOOT_TIMEOUT_SECONDS, MAX_CONCURRENT_DRAINS, MAX_NODE_NAME_LEN, MAX_PLAN_ENTRIES,
-    MAX_REASON_LEN, MAX_REBOOT_TIMEOUT_SECONDS, MAX_STAGE_TIMEOUT_SECONDS,
+    DEFAULT_REBOOT_TIMEOUT_SECONDS, MAX_CONCURRENT_DRAINS, MAX_CORDON_AHEAD, MAX_NODE_NAME_LEN,
+    MAX_PLAN_ENTRIES, MAX_REASON_LEN, MAX_REBOOT_TIMEOUT_SECONDS, MAX_STAGE_TIMEOUT_SECONDS,
     MIN_REBOOT_TIMEOUT_SECONDS, parse, validate,
 };
 
@@ -91,6 +91,14 @@ pub struct NodeMaintenanceSpec {
     /// drains at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrent_drains: Option<i32>,
+    /// With maxConcurrentDrains: how many nodes are cordoned ahead of their
+    /// turn, so pods evicted from the draining nodes do not land on a node
+    /// about to drain. A node first takes one of these places in line (it
+    /// is cordoned then), then waits for a drain slot; only nodes holding
+    /// a place ask for a drain slot. Unset or 0: a node is cordoned when it
+    /// takes its drain slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cordon_ahead: Option<i32>,
     /// With maxConcurrentDrains: a node's turn ends when it has rebooted,
     /// not when it is drained. It keeps its slot and its cordon until its
     /// boot ID changes and it is Ready again; then it is uncordoned, gives

@@ -68,6 +68,13 @@ pub fn crd() -> Result<CustomResourceDefinition, CrdError> {
         "maximum",
         json!(MAX_CONCURRENT_DRAINS),
     )?;
+    set(props, "cordonAhead", "minimum", json!(0))?;
+    set(
+        props,
+        "cordonAhead",
+        "maximum",
+        json!(super::MAX_CORDON_AHEAD),
+    )?;
     set(props, "nodeName", "minLength", json!(1))?;
     if let Some(reboot) = props.pointer_mut("/waitForReboot/properties") {
         set(

@@ -23,6 +23,9 @@ pub struct Effective {
     /// object at the winning stage limits its drains: one that does not
     /// asks for the drain now.
     pub drain_slots: Option<(String, u32)>,
+    /// How many nodes that object cordons ahead of their turn
+    /// (`cordonAhead`; 0 with no drain slots).
+    pub cordon_ahead: u32,
     /// The drain slots' turns end with a reboot (`waitForReboot` of the
     /// object that gives the slots).
     pub turn: Option<super::turns::RebootTurn>,
@@ -145,6 +148,11 @@ pub fn effective<'a>(
                 u32::try_from(max).unwrap_or(1),
             )
         }),
+        cordon_ahead: if limited {
+            u32::try_from(first.spec.cordon_ahead.unwrap_or(0)).unwrap_or(0)
+        } else {
+            0
+        },
         planned: candidates.iter().all(|nm| nm.spec.planned),
         reason: first.spec.reason.clone(),
         from: candidates

@@ -90,6 +90,22 @@ fn validate_names_every_problem() {
             &["spec.waitForReboot needs spec.maxConcurrentDrains"],
         ),
         (
+            json!({"nodeName": "a", "cordonAhead": 1}),
+            &["spec.cordonAhead needs spec.maxConcurrentDrains"],
+        ),
+        (
+            json!({"nodeName": "a", "maxConcurrentDrains": 2, "cordonAhead": -1}),
+            &["spec.cordonAhead is -1; give 0 to 1000"],
+        ),
+        (
+            json!({"nodeName": "a", "maxConcurrentDrains": 2, "cordonAhead": 1001}),
+            &["spec.cordonAhead is 1001; give 0 to 1000"],
+        ),
+        (
+            json!({"nodeName": "a", "maxConcurrentDrains": 2, "cordonAhead": 1000}),
+            &[],
+        ),
+        (
             json!({"nodeName": "a", "maxConcurrentDrains": 2, "waitForReboot": {"timeoutSeconds": 1}}),
             &["spec.waitForReboot.timeoutSeconds is 1; give 5 to 604800 seconds"],
         ),

@@ -18,6 +18,9 @@ pub const MAX_STAGE_TIMEOUT_SECONDS: i64 = 7 * 24 * 3600;
 /// Largest `spec.maxConcurrentDrains` (the CRD's `maximum` too): more than
 /// any cluster has nodes.
 pub const MAX_CONCURRENT_DRAINS: i32 = 100_000;
+/// Largest `spec.cordonAhead` (the CRD's `maximum` too): each node cordoned
+/// ahead watches the object's drain slots, so the line is kept short.
+pub const MAX_CORDON_AHEAD: i32 = 1000;
 /// `spec.waitForReboot.timeoutSeconds` when unset: an hour.
 pub const DEFAULT_REBOOT_TIMEOUT_SECONDS: i64 = 3600;
 /// Shortest `spec.waitForReboot.timeoutSeconds`.
@@ -89,6 +92,18 @@ pub fn validate(nm: &NodeMaintenance) -> Result<(), Vec<String>> {
         problems.push(format!(
             "spec.maxConcurrentDrains is {n}; give 1 to {MAX_CONCURRENT_DRAINS}, or leave it unset to drain every selected node at once"
         ));
+    }
+    if let Some(n) = spec.cordon_ahead {
+        if !(0..=MAX_CORDON_AHEAD).contains(&n) {
+            problems.push(format!(
+                "spec.cordonAhead is {n}; give 0 to {MAX_CORDON_AHEAD}, or leave it unset to cordon a node only when it takes its drain slot"
+            ));
+        }
+        if spec.max_concurrent_drains.is_none() {
+            problems.push(
+                "spec.cordonAhead needs spec.maxConcurrentDrains: nodes are cordoned ahead of their turn, so there must be turns".to_string(),
+            );
+        }
     }
     if let Some(w) = &spec.wait_for_reboot {
         if spec.max_concurrent_drains.is_none() {

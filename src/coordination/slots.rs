@@ -12,6 +12,7 @@ use kube::Api;
 use kube::api::{ListParams, PostParams};
 
 use super::guard::SlotGuard;
+use super::lease::GROUP_LABEL;
 use super::lease::{self, SlotState};
 use super::quorum::{is_control_plane, quorum_guard};
 use super::{Acquisition, CONTROL_PLANE_GROUP, CoordinationError, Holder};
@@ -31,6 +32,9 @@ pub struct RebootSlots {
     /// The taker's boot ID, noted on a slot it takes (see
     /// [`lease::BOOT_ANNOTATION`]).
     boot_id: Option<String>,
+    /// Every slot of the group is a candidate, not two (see
+    /// [`Self::any_slot`]).
+    any: bool,
     local: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -52,6 +56,7 @@ impl RebootSlots {
             lease_duration,
             control_plane: false,
             boot_id: None,
+            any: false,
             local: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
@@ -83,6 +88,33 @@ impl RebootSlots {
         self
     }
 
+    /// Slots of which `node` may take any, not only its two candidates:
+    /// for the few nodes cordoned ahead of their turn, which must take
+    /// whichever slot frees first. They are read with one LIST and
+    /// watched with one watch of the group's label (see
+    /// [`Self::watch_selectors`]).
+    pub fn any_slot(mut self) -> Self {
+        self.any = true;
+        self
+    }
+
+    /// How a watch sees `node`'s candidate slots: one watch per field
+    /// selector (a slot's name) or, for [`Self::any_slot`], one watch of
+    /// the group's label.
+    pub fn watch_selectors(&self, node: &str) -> Vec<(Option<String>, Option<String>)> {
+        if self.any {
+            return vec![(None, Some(self.group_selector()))];
+        }
+        self.candidates(node)
+            .into_iter()
+            .map(|i| (Some(format!("metadata.name={}", self.slot_name(i))), None))
+            .collect()
+    }
+
+    fn group_selector(&self) -> String {
+        format!("{GROUP_LABEL}={}", lease::label_value(&self.group))
+    }
+
     /// The slot `node` holds, if any: the boot ID it was taken at (if
     /// noted) and when it was taken.
     pub async fn held_at(
@@ -100,6 +132,39 @@ impl RebootSlots {
                 let since = l.spec.as_ref().and_then(|s| s.acquire_time.as_ref()).map(|t| t.0);
                 (lease::boot_of(&l).map(str::to_string), since)
             }))
+    }
+
+    /// Whether `node` holds one of these slots (even one whose hold
+    /// lapsed, as long as nobody took it over), from one LIST of the
+    /// group's Leases labelled with `node` as holder: whatever the
+    /// group's size, the answer holds one Lease at most.
+    pub async fn held_by(&self, node: &str) -> Result<bool, CoordinationError> {
+        let selector = format!(
+            "{},{}={}",
+            self.group_selector(),
+            lease::HOLDER_LABEL,
+            lease::label_value(node)
+        );
+        let leases = self
+            .api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| {
+                self.err(
+                    &format!("{}*", self.slot_name(0).trim_end_matches('0')),
+                    "listing the slots",
+                    crate::client::explain(&e),
+                )
+            })?;
+        let now = Timestamp::now();
+        Ok(leases.items.iter().any(|l| {
+            l.metadata
+                .name
+                .as_deref()
+                .and_then(|n| self.index_of(n))
+                .is_some_and(|i| i < self.max_holders)
+                && matches!(lease::slot_state(l, now), SlotState::Held { ref holder, .. } if holder == node)
+        }))
     }
 
     /// The group these slots belong to.
@@ -150,8 +215,12 @@ impl RebootSlots {
     }
 
     /// `node`'s candidate slots with their Leases among `leases` (None: not
-    /// created yet).
+    /// created yet). For [`Self::any_slot`], every slot of the group among
+    /// `leases`, and the first one not created yet, if any.
     pub fn slots_among(&self, node: &str, leases: &[Lease]) -> Vec<(String, Option<Lease>)> {
+        if self.any {
+            return self.all_among(leases);
+        }
         self.candidates(node)
             .into_iter()
             .map(|i| {
@@ -165,12 +234,63 @@ impl RebootSlots {
             .collect()
     }
 
+    fn all_among(&self, leases: &[Lease]) -> Vec<(String, Option<Lease>)> {
+        let mut found: std::collections::BTreeMap<u32, Lease> = std::collections::BTreeMap::new();
+        for l in leases {
+            let Some(name) = l.metadata.name.as_deref() else {
+                continue;
+            };
+            // The label holds at most 63 characters of the group: the
+            // name says which group a Lease is of.
+            if let Some(i) = self.index_of(name)
+                && i < self.max_holders
+            {
+                found.insert(i, l.clone());
+            }
+        }
+        let missing = (0..self.max_holders).find(|i| !found.contains_key(i));
+        found
+            .into_iter()
+            .map(|(i, l)| (self.slot_name(i), Some(l)))
+            .chain(missing.map(|i| (self.slot_name(i), None)))
+            .collect()
+    }
+
+    /// The slot number of the Lease named `name`, if it is one of this
+    /// group's.
+    fn index_of(&self, name: &str) -> Option<u32> {
+        let prefix = self.slot_name(0);
+        let prefix = prefix.strip_suffix('0')?;
+        let i = name.strip_prefix(prefix)?;
+        if i.is_empty()
+            || !i.bytes().all(|b| b.is_ascii_digit())
+            || (i.len() > 1 && i.starts_with('0'))
+        {
+            return None;
+        }
+        i.parse().ok()
+    }
+
     /// `node`'s candidate slots, as read now (at most two reads, whatever
-    /// the number of slots).
+    /// the number of slots; one LIST for [`Self::any_slot`]).
     async fn read_candidates(
         &self,
         node: &str,
     ) -> Result<Vec<(String, Option<Lease>)>, CoordinationError> {
+        if self.any {
+            let leases = self
+                .api
+                .list(&ListParams::default().labels(&self.group_selector()))
+                .await
+                .map_err(|e| {
+                    self.err(
+                        &format!("{}*", self.slot_name(0).trim_end_matches('0')),
+                        "listing the slots",
+                        crate::client::explain(&e),
+                    )
+                })?;
+            return Ok(self.all_among(&leases.items));
+        }
         let mut out = Vec::new();
         for i in self.candidates(node) {
             let name = self.slot_name(i);

@@ -128,12 +128,14 @@ pub async fn wait_for_slot(
     let SlotRequest { slots, node, what } = request;
     let watching = cancel.child_token();
     let views: Vec<Index> = slots
-        .candidates(&node)
+        .watch_selectors(&node)
         .into_iter()
-        .map(|i| {
+        .map(|(fields, labels)| {
             let index = Index::new();
-            let by_name = format!("metadata.name={}", slots.slot_name(i));
-            let target = WatchTarget::new(slots.leases_path(), Some(by_name), guard.clone());
+            let mut target = WatchTarget::new(slots.leases_path(), fields, guard.clone());
+            if let Some(labels) = labels {
+                target = target.labelled(labels);
+            }
             tokio::spawn(index.clone().run(client.clone(), target, watching.clone()));
             index
         })
@@ -322,6 +324,48 @@ mod tests {
             .len()
                 == 2
         );
+    }
+
+    #[tokio::test]
+    async fn a_node_cordoned_ahead_may_take_any_slot_of_its_group() {
+        let now: Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+        let fresh = "2026-01-01T00:59:00Z";
+        let s = slots(3).any_slot();
+        // One watch of the group's label, not one per slot.
+        assert_eq!(
+            s.watch_selectors("n"),
+            [(None, Some("maintd.io/reboot-group=g".to_string()))]
+        );
+        // Two of three held: the third, never created, is open.
+        let two = [held(0, "a", fresh), held(1, "b", fresh)];
+        let v = availability(&s, &two, "n", now);
+        assert!(v.open);
+        assert_eq!(v.holders.len(), 2);
+        // All three held: closed, whichever two a hash would have picked.
+        let mut all = two.to_vec();
+        all.push(held(2, "c", fresh));
+        assert!(!availability(&s, &all, "n", now).open);
+        // Leases of another group whose name starts the same, or past the
+        // group's size, are not its slots.
+        let mut other = held(2, "c", fresh);
+        other.metadata.name = Some(lease::slot_name("g-1", 2));
+        let beyond = held(7, "d", fresh);
+        let v = availability(
+            &s,
+            &[two[0].clone(), two[1].clone(), other, beyond],
+            "n",
+            now,
+        );
+        assert!(v.open, "slot 2 is still free");
+        assert_eq!(v.holders.len(), 2);
+        // Without it, a node watches its two candidates by name.
+        let plain = slots(3).watch_selectors("n");
+        assert_eq!(plain.len(), 2);
+        assert!(plain.iter().all(|(f, l)| {
+            f.as_deref()
+                .is_some_and(|f| f.starts_with("metadata.name=maintd-reboot-g-"))
+                && l.is_none()
+        }));
     }
 
     #[tokio::test]

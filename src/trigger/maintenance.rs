@@ -86,6 +86,7 @@ pub fn contribute(effective: Option<&Effective>, desired: &mut Desired) {
                 release_when_drained: e.turn.is_none(),
                 turn: e.turn.clone(),
                 what,
+                ahead: e.cordon_ahead,
             });
         }
         desired.policy |= e.planned;
@@ -578,7 +579,24 @@ mod tests {
                 release_when_drained: true,
                 turn: None,
                 what: "a drain slot of NodeMaintenance m (at most 2 nodes drain at once)".into(),
+                ahead: 0,
             }]
+        );
+        assert_eq!(
+            limited.slot_asks[0].line(),
+            None,
+            "no line without cordonAhead"
+        );
+        // With cordonAhead, a line of its own beside the drain slots.
+        let ahead = request(json!({"maxConcurrentDrains": 2, "cordonAhead": 3}));
+        let line = ahead.slot_asks[0].line().expect("a line");
+        assert_eq!((line.group.as_str(), line.max), ("nm.ahead.m", 3));
+        assert!(line.release_when_drained && line.line().is_none());
+        assert!(
+            line.what
+                .starts_with("a place in line for a drain slot of NodeMaintenance m"),
+            "{}",
+            line.what
         );
 
         let planned = request(json!({"planned": true}));

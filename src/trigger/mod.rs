@@ -62,7 +62,37 @@ pub struct SlotAsk {
     pub turn: Option<crate::api::turns::RebootTurn>,
     /// What the slot is, for the status: "a reboot slot".
     pub what: String,
+    /// A rolling NodeMaintenance's `cordonAhead`: the node first takes one
+    /// of this many places in line, and is cordoned while it waits for
+    /// the slot with it (0: no line; the node waits uncordoned).
+    pub ahead: u32,
 }
+
+impl SlotAsk {
+    /// The places in line before this drain slot, when there is a line: a
+    /// group of its own beside the slots' (`nm.ahead.<name>` beside
+    /// `nm-<name>`: no object name makes one the other).
+    pub fn line(&self) -> Option<SlotAsk> {
+        if self.ahead == 0 {
+            return None;
+        }
+        let name = self.group.strip_prefix("nm-").unwrap_or(&self.group);
+        Some(SlotAsk {
+            group: format!("{AHEAD_PREFIX}{name}"),
+            max: self.ahead,
+            release_when_drained: true,
+            turn: None,
+            what: format!(
+                "a place in line for {} ({} nodes are cordoned ahead of their turn)",
+                self.what, self.ahead
+            ),
+            ahead: 0,
+        })
+    }
+}
+
+/// How the groups of places in line begin (see [`SlotAsk::line`]).
+pub const AHEAD_PREFIX: &str = "nm.ahead.";
 
 impl Desired {
     pub fn active(&self) -> bool {
@@ -101,6 +131,17 @@ impl Desired {
         self
     }
 
+    /// What may happen while a node holds a place in line before its
+    /// drain slot (`cordonAhead`): it is cordoned and tainted, as stage
+    /// `Cordon` would, and evicts nothing yet; a local drain still waits
+    /// for its reboot slot unseen.
+    pub fn cordoned_ahead(mut self) -> Desired {
+        self.evict = false;
+        self.stand_down_while_waiting.clear();
+        self.sources.retain(|s| !s.starts_with(LOCAL_PREFIX));
+        self
+    }
+
     /// Whether `other` asks for the same drain (same plan, same deadline),
     /// whichever triggers ask for it: a drain under way then goes on.
     pub fn same_drain(&self, other: &Desired) -> bool {
@@ -125,6 +166,7 @@ mod tests {
             release_when_drained,
             turn: None,
             what: format!("a slot of {group}"),
+            ahead: 0,
         }
     }
 
@@ -224,9 +266,18 @@ mod tests {
             ..d
         };
         assert!(
-            !alone.while_waiting().active(),
+            !alone.clone().while_waiting().active(),
             "nothing: not even a cordon"
         );
+        // Holding a place in line, the same node is cordoned (stage Cordon's
+        // request) and evicts nothing; a local drain still waits unseen.
+        let ahead = Desired {
+            sources: vec!["local: reboot".into(), alone.sources[0].clone()],
+            ..alone
+        }
+        .cordoned_ahead();
+        assert!(ahead.active() && !ahead.evict);
+        assert_eq!(ahead.sources, ["NodeMaintenance roll (stage Drain)"]);
     }
 
     #[test]
