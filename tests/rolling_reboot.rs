@@ -138,6 +138,44 @@ fn most_unschedulable_at_once(seen: &[Value]) -> usize {
     most
 }
 
+/// A rollout under way: kubectl (its kubeconfig lives as long as this)
+/// watching the Nodes, the agents, the object's uid.
+struct Roll {
+    _kubectl: Kubectl,
+    watch: common::kubectl::KubectlWatch,
+    agents: HashMap<String, RunningAgent>,
+    uid: String,
+}
+
+/// The agents of `names` started, a `kubectl get nodes --watch` on, and
+/// the rolling object `name` made with `spec` (see [`create_roll`]).
+async fn start_roll(sim: &SimCluster, names: &[String], name: &str, spec: Value) -> Roll {
+    let kubectl = Kubectl::new(sim);
+    let watch = kubectl.watch_json(&["nodes"]);
+    let agents = names
+        .iter()
+        .map(|n| (n.clone(), RunningAgent::start(sim, n, None)))
+        .collect();
+    let uid = create_roll(&sim.client(), name, spec).await;
+    Roll {
+        _kubectl: kubectl,
+        watch,
+        agents,
+        uid,
+    }
+}
+
+/// The pods evicted so far (granted evictions), by name.
+fn granted_evictions(sim: &SimCluster) -> Vec<String> {
+    sim.state
+        .audit
+        .entries()
+        .into_iter()
+        .filter(|e| e.verb == "evict" && e.code == 201)
+        .map(|e| e.name)
+        .collect()
+}
+
 /// The updater's part: reboots each node once it is drained and holds its
 /// turn (its boot ID is the one its turn started at), until every node is
 /// done with the object `name` (uid `uid`). With `restart`, the even
@@ -214,14 +252,14 @@ async fn reboot_each_in_turn(
 async fn a_rolling_maintenance_over_eight_nodes_keeps_at_most_two_unschedulable_and_reboots_each() {
     let (sim, names) = pool(8).await;
     let client = sim.client();
-    let kubectl = Kubectl::new(&sim);
-    let watch = kubectl.watch_json(&["nodes"]);
-    let mut agents: HashMap<String, RunningAgent> = names
-        .iter()
-        .map(|n| (n.clone(), RunningAgent::start(&sim, n, None)))
-        .collect();
-    let uid = create_roll(
-        &client,
+    let Roll {
+        _kubectl,
+        watch,
+        mut agents,
+        uid,
+    } = start_roll(
+        &sim,
+        &names,
         "roll",
         json!({"maxConcurrentDrains": 2, "waitForReboot": {"timeoutSeconds": 600}}),
     )
@@ -243,14 +281,7 @@ async fn a_rolling_maintenance_over_eight_nodes_keeps_at_most_two_unschedulable_
     })
     .await;
     // Each node was drained: its pods were evicted.
-    let evicted: Vec<String> = sim
-        .state
-        .audit
-        .entries()
-        .into_iter()
-        .filter(|e| e.verb == "evict" && e.code == 201)
-        .map(|e| e.name)
-        .collect();
+    let evicted = granted_evictions(&sim);
     assert_eq!(evicted.len(), 16, "{evicted:?}");
     // The agents that ran on through the reboot said it.
     for name in ["node-1", "node-3", "node-5", "node-7"] {
@@ -289,14 +320,14 @@ async fn a_rolling_maintenance_over_eight_nodes_keeps_at_most_two_unschedulable_
 async fn a_rolling_maintenance_cordons_the_next_node_ahead_and_no_more() {
     let (sim, names) = pool(6).await;
     let client = sim.client();
-    let kubectl = Kubectl::new(&sim);
-    let watch = kubectl.watch_json(&["nodes"]);
-    let mut agents: HashMap<String, RunningAgent> = names
-        .iter()
-        .map(|n| (n.clone(), RunningAgent::start(&sim, n, None)))
-        .collect();
-    let uid = create_roll(
-        &client,
+    let Roll {
+        _kubectl,
+        watch,
+        mut agents,
+        uid,
+    } = start_roll(
+        &sim,
+        &names,
         "ahead",
         json!({"maxConcurrentDrains": 2, "cordonAhead": 1, "waitForReboot": {"timeoutSeconds": 600}}),
     )
@@ -337,14 +368,7 @@ async fn a_rolling_maintenance_cordons_the_next_node_ahead_and_no_more() {
         "the node cordoned ahead holds no slot"
     );
     // It evicted nothing: its pods are still on it.
-    let evicted: Vec<String> = sim
-        .state
-        .audit
-        .entries()
-        .into_iter()
-        .filter(|e| e.verb == "evict" && e.code == 201)
-        .map(|e| e.name)
-        .collect();
+    let evicted = granted_evictions(&sim);
     assert!(
         evicted.iter().all(|p| !p.starts_with(&format!("{next}-"))),
         "{next} evicted nothing yet: {evicted:?}"
@@ -355,17 +379,23 @@ async fn a_rolling_maintenance_cordons_the_next_node_ahead_and_no_more() {
             !unschedulable(&node(&client, n).await),
             "{n} stays schedulable"
         );
-        assert!(
-            agents[n]
-                .progress
-                .status()
-                .waiting
-                .as_deref()
-                .is_some_and(|w| w.contains("a place in line")),
-            "{n}: {:?}",
-            agents[n].progress.status()
-        );
     }
+    // And each says it waits for a place in line (once its look at a place
+    // that was free a moment ago is over).
+    eventually("the others wait for a place in line", || {
+        let all = names
+            .iter()
+            .filter(|n| **n != next && !drained.contains(n))
+            .all(|n| {
+                agents[n]
+                    .progress
+                    .status()
+                    .waiting
+                    .is_some_and(|w| w.contains("waiting for a place in line"))
+            });
+        async move { all }
+    })
+    .await;
     // Its agent restarts: the new one takes up the same place.
     agents.remove(&next).unwrap().stop().await;
     agents.insert(next.clone(), RunningAgent::start(&sim, &next, None));
@@ -393,14 +423,7 @@ async fn a_rolling_maintenance_cordons_the_next_node_ahead_and_no_more() {
         }
     })
     .await;
-    let evicted = sim
-        .state
-        .audit
-        .entries()
-        .into_iter()
-        .filter(|e| e.verb == "evict" && e.code == 201)
-        .count();
-    assert_eq!(evicted, 12, "each node drained once");
+    assert_eq!(granted_evictions(&sim).len(), 12, "each node drained once");
     let seen = watch.seen.lock().unwrap().clone();
     assert_eq!(
         most_unschedulable_at_once(&seen),

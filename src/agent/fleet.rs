@@ -207,18 +207,40 @@ impl Agent {
         let looked = Arc::new(AtomicBool::new(false));
         let slots = self.slots_of(ask);
         let line = self.line(ask).map(|l| self.slots_of(&l));
-        let waiter = match (wait, &line) {
-            (TurnWait::Place, Some(places)) => {
-                let what = ask.line().map(|l| l.what).unwrap_or_default();
-                self.slot_waiter(places.clone(), what, stop, cancel.clone())
-            }
-            (TurnWait::SlotAhead, _) => {
-                let what = format!("{}, cordoned ahead of its turn", ask.what);
-                self.slot_waiter(slots.clone().any_slot(), what, stop, cancel.clone())
-            }
-            _ => self.slot_waiter(slots.clone(), ask.what.clone(), stop, cancel.clone()),
-        };
         let place = wait == TurnWait::Place && line.is_some();
+        let waiter: std::pin::Pin<Box<dyn std::future::Future<Output = Option<Taken>> + Send>> =
+            match (wait, &line) {
+                // Not cordoned yet: a slot free now is taken at once, after
+                // the nodes cordoned ahead had their try; otherwise a place
+                // in line. Only the place's wait speaks in the status.
+                (TurnWait::Place, Some(places)) => {
+                    let (now, later) = (cancel.child_token(), cancel.child_token());
+                    let what = ask.line().map(|l| l.what).unwrap_or_default();
+                    let direct =
+                        self.slot_waiter(slots.clone().behind_line(), None, stop, now.clone());
+                    let queued = self.slot_waiter(places.clone(), Some(what), stop, later.clone());
+                    Box::pin(first_of(direct, now, queued, later))
+                }
+                (TurnWait::SlotAhead, _) => {
+                    let what = format!("{}, cordoned ahead of its turn", ask.what);
+                    let w = self.slot_waiter(
+                        slots.clone().any_slot(),
+                        Some(what),
+                        stop,
+                        cancel.clone(),
+                    );
+                    Box::pin(async move { w.await.map(Taken::Slot) })
+                }
+                _ => {
+                    let w = self.slot_waiter(
+                        slots.clone(),
+                        Some(ask.what.clone()),
+                        stop,
+                        cancel.clone(),
+                    );
+                    Box::pin(async move { w.await.map(Taken::Slot) })
+                }
+            };
         let (node, renew, l) = (self.config.node.clone(), stop.child_token(), looked.clone());
         let task = tokio::spawn(async move {
             let held = async {
@@ -240,12 +262,7 @@ impl Agent {
             if held.is_some() {
                 return held;
             }
-            let got = waiter.await?;
-            Some(if place {
-                Taken::Place(got)
-            } else {
-                Taken::Slot(got)
-            })
+            waiter.await
         });
         (task, looked)
     }
@@ -264,23 +281,27 @@ impl Agent {
         .noting_boot(self.boot_id())
     }
 
-    /// Waits for a slot of `slots`, saying why in the status meanwhile.
+    /// Waits for a slot of `slots`, saying why in the status meanwhile when
+    /// `what` names it (None: a wait beside another that speaks).
     fn slot_waiter(
         &self,
         slots: RebootSlots,
-        what: String,
+        what: Option<String>,
         stop: &CancellationToken,
         cancel: CancellationToken,
     ) -> impl std::future::Future<Output = Option<SlotGuard>> + Send + 'static {
         let client = self.drainer.ops.client().clone();
         let agent = self.clone();
+        let silent = what.is_none();
         let report = Arc::new(move |why: String| {
-            agent.say_waiting(Some((crate::policy::HoldKind::Slot, why)));
+            if !silent {
+                agent.say_waiting(Some((crate::policy::HoldKind::Slot, why)));
+            }
         });
         let request = SlotRequest {
             slots,
             node: self.config.node.clone(),
-            what,
+            what: what.unwrap_or_default(),
         };
         wait_for_slot(
             client,
@@ -318,6 +339,39 @@ async fn take_up(
     match slots.acquire_with_renewal(node, renew.clone()).await {
         Ok(Acquisition::Acquired(g)) => Some(g),
         _ => None,
+    }
+}
+
+/// Whichever of a wait for the slot itself and a wait for a place in line
+/// ends first; the other is stopped, and what it took meanwhile (it was in
+/// the middle of taking it) is given back. With both, the slot is kept.
+async fn first_of(
+    direct: impl std::future::Future<Output = Option<SlotGuard>> + Send + 'static,
+    stop_direct: CancellationToken,
+    queued: impl std::future::Future<Output = Option<SlotGuard>> + Send + 'static,
+    stop_queued: CancellationToken,
+) -> Option<Taken> {
+    let (mut direct, mut queued) = (tokio::spawn(direct), tokio::spawn(queued));
+    let (slot, place) = tokio::select! {
+        d = &mut direct => {
+            stop_queued.cancel();
+            (d.ok().flatten(), queued.await.ok().flatten())
+        }
+        q = &mut queued => {
+            stop_direct.cancel();
+            (direct.await.ok().flatten(), q.ok().flatten())
+        }
+    };
+    match (slot, place) {
+        (Some(slot), place) => {
+            if let Some(place) = place
+                && let Err(e) = place.release().await
+            {
+                tracing::warn!(error = %e, "giving back a place in line taken beside the slot; it lapses by itself");
+            }
+            Some(Taken::Slot(slot))
+        }
+        (None, place) => place.map(Taken::Place),
     }
 }
 

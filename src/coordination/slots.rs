@@ -35,6 +35,9 @@ pub struct RebootSlots {
     /// Every slot of the group is a candidate, not two (see
     /// [`Self::any_slot`]).
     any: bool,
+    /// Nodes cordoned ahead wait for these slots too, and go first (see
+    /// [`Self::behind_line`]).
+    behind: bool,
     local: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -57,6 +60,7 @@ impl RebootSlots {
             control_plane: false,
             boot_id: None,
             any: false,
+            behind: false,
             local: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
@@ -98,6 +102,24 @@ impl RebootSlots {
         self
     }
 
+    /// Whether any slot of the group is a candidate ([`Self::any_slot`]).
+    pub fn takes_any(&self) -> bool {
+        self.any
+    }
+
+    /// Slots that nodes cordoned ahead of their turn wait for too: this
+    /// node lets them try a slot that frees first (see the waiter's
+    /// pauses).
+    pub fn behind_line(mut self) -> Self {
+        self.behind = true;
+        self
+    }
+
+    /// Whether this node lets nodes cordoned ahead go first.
+    pub fn yields(&self) -> bool {
+        self.behind
+    }
+
     /// How a watch sees `node`'s candidate slots: one watch per field
     /// selector (a slot's name) or, for [`Self::any_slot`], one watch of
     /// the group's label.
@@ -113,6 +135,26 @@ impl RebootSlots {
 
     fn group_selector(&self) -> String {
         format!("{GROUP_LABEL}={}", lease::label_value(&self.group))
+    }
+
+    /// The group's slot Leases, with the label `also` too if given, in one
+    /// LIST.
+    async fn list_group(&self, also: Option<&str>) -> Result<Vec<Lease>, CoordinationError> {
+        let mut selector = self.group_selector();
+        if let Some(also) = also {
+            selector = format!("{selector},{also}");
+        }
+        self.api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map(|l| l.items)
+            .map_err(|e| {
+                self.err(
+                    &format!("{}*", self.slot_name(0).trim_end_matches('0')),
+                    "listing the slots",
+                    crate::client::explain(&e),
+                )
+            })
     }
 
     /// The slot `node` holds, if any: the boot ID it was taken at (if
@@ -139,25 +181,10 @@ impl RebootSlots {
     /// group's Leases labelled with `node` as holder: whatever the
     /// group's size, the answer holds one Lease at most.
     pub async fn held_by(&self, node: &str) -> Result<bool, CoordinationError> {
-        let selector = format!(
-            "{},{}={}",
-            self.group_selector(),
-            lease::HOLDER_LABEL,
-            lease::label_value(node)
-        );
-        let leases = self
-            .api
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map_err(|e| {
-                self.err(
-                    &format!("{}*", self.slot_name(0).trim_end_matches('0')),
-                    "listing the slots",
-                    crate::client::explain(&e),
-                )
-            })?;
+        let holder = format!("{}={}", lease::HOLDER_LABEL, lease::label_value(node));
+        let leases = self.list_group(Some(&holder)).await?;
         let now = Timestamp::now();
-        Ok(leases.items.iter().any(|l| {
+        Ok(leases.iter().any(|l| {
             l.metadata
                 .name
                 .as_deref()
@@ -278,18 +305,7 @@ impl RebootSlots {
         node: &str,
     ) -> Result<Vec<(String, Option<Lease>)>, CoordinationError> {
         if self.any {
-            let leases = self
-                .api
-                .list(&ListParams::default().labels(&self.group_selector()))
-                .await
-                .map_err(|e| {
-                    self.err(
-                        &format!("{}*", self.slot_name(0).trim_end_matches('0')),
-                        "listing the slots",
-                        crate::client::explain(&e),
-                    )
-                })?;
-            return Ok(self.all_among(&leases.items));
+            return Ok(self.all_among(&self.list_group(None).await?));
         }
         let mut out = Vec::new();
         for i in self.candidates(node) {

@@ -22,6 +22,12 @@ use crate::index::{Backoff, Index, WatchGuard, WatchTarget, sleep_until};
 /// The longest random pause before trying a slot the watch shows open.
 const MAX_PAUSE: Duration = Duration::from_secs(2);
 
+/// The same pause for a node cordoned ahead of its turn, which may take
+/// any slot: only the few nodes cordoned ahead race for a slot that frees,
+/// and each of them waits, cordoned, for it. A long pause there would
+/// leave the slot empty for most of it.
+const MAX_PAUSE_AHEAD: Duration = Duration::from_millis(250);
+
 /// How long a control-plane node blocked by the quorum guard waits before
 /// it looks again (node readiness is not what this watch sees).
 const QUORUM_RETRY: Duration = Duration::from_secs(5);
@@ -158,7 +164,16 @@ pub async fn wait_for_slot(
         if ready && view.open {
             // A random pause: of the nodes that saw the slot open, most
             // see it taken by the first before their own pause ends.
-            let pause = MAX_PAUSE.mul_f64(rand::random::<f64>());
+            // Nodes cordoned ahead of their turn go first: their pause is
+            // short, and a node behind them waits out the longest of it
+            // before its own.
+            let pause = if slots.takes_any() {
+                MAX_PAUSE_AHEAD.mul_f64(rand::random::<f64>())
+            } else if slots.yields() {
+                MAX_PAUSE_AHEAD + MAX_PAUSE.mul_f64(rand::random::<f64>())
+            } else {
+                MAX_PAUSE.mul_f64(rand::random::<f64>())
+            };
             if sleep_or_stop(pause, &cancel).await {
                 return None;
             }
