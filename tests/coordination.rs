@@ -70,6 +70,64 @@ async fn one_slot_the_second_node_waits_until_the_first_releases() {
     );
 }
 
+/// A waiting node takes a slot from what its watch shows, without reading
+/// the slots again. A watch behind the slots (the slot shown free, or not
+/// yet made, is held by now) costs a conflict and a read: never a second
+/// holder.
+#[tokio::test]
+async fn a_take_from_a_watch_behind_the_slots_never_makes_a_second_holder() {
+    let sim = common::sim().await;
+    let (a, b) = (slots(&sim, "seen", 1, LONG), slots(&sim, "seen", 1, LONG));
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(sim.client(), NS);
+    let name = a.slot_name(0);
+    // Not made yet, in the watch of node-b; node-a makes it meanwhile.
+    let guard_a = hold(&a, "node-a").await;
+    match b
+        .acquire_seen_with_renewal("node-b", Some(&[]), CancellationToken::new())
+        .await
+        .unwrap()
+    {
+        Acquisition::Full { holders } => assert_eq!(holders[0].holder, "node-a"),
+        other => panic!("node-a holds the only slot: {other:?}"),
+    }
+    // Free in the watch (node-a gave it back), held again by now.
+    guard_a.release().await.unwrap();
+    let free = leases.get(&name).await.unwrap();
+    let guard_a = hold(&a, "node-a").await;
+    let got = b
+        .acquire_seen_with_renewal(
+            "node-b",
+            Some(std::slice::from_ref(&free)),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(holders_of(&got), ["node-a"], "{got:?}");
+    // A current view: node-b takes the slot once node-a gives it back.
+    guard_a.release().await.unwrap();
+    let free = leases.get(&name).await.unwrap();
+    let guard_b = match b
+        .acquire_seen_with_renewal(
+            "node-b",
+            Some(std::slice::from_ref(&free)),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap()
+    {
+        Acquisition::Acquired(g) => g,
+        other => panic!("the slot is free: {other:?}"),
+    };
+    let held = leases.get(&name).await.unwrap();
+    assert_eq!(
+        held.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("node-b")
+    );
+    // Its guard gives back exactly its slot.
+    assert!(guard_b.release().await.unwrap());
+    assert!(b.holders("node-b").await.unwrap().is_empty());
+}
+
 #[tokio::test]
 async fn two_slots_hold_two_nodes_and_refuse_a_third() {
     let sim = common::sim().await;

@@ -109,7 +109,9 @@ async fn a_steady_state_without_a_reboot_is_honoured_only_past_the_reboot_timeou
     let sim = scenario("small.yaml").await;
     let client = sim.client();
     let agent = EndpointAgent::start_with(&sim, "node-a", |c| {
-        c.reboot_timeout = std::time::Duration::from_secs(3);
+        // Long enough for the drain to finish and the first steady-state
+        // to come well within it, however busy the machine.
+        c.reboot_timeout = std::time::Duration::from_secs(15);
     })
     .await;
     let local = agent.fleetlock;
@@ -123,7 +125,7 @@ async fn a_steady_state_without_a_reboot_is_honoured_only_past_the_reboot_timeou
         (409, Some("failed_unlock_not_rebooted"))
     );
     let mut reply = Value::Null;
-    for _ in 0..100 {
+    for _ in 0..300 {
         let (code, r) = fleetlock(local, "/v1/steady-state", true).await;
         if code == 200 {
             reply = r;

@@ -73,7 +73,7 @@ impl SlotGuard {
         let lapsed = tokio::time::Instant::now() + self.slots.lease_duration();
         let mut backoff = crate::index::Backoff::with(500, 10_000);
         loop {
-            match self.slots.release(&self.node).await {
+            match self.slots.release_slot(&self.node, &self.slot).await {
                 Ok(released) => return Ok(released),
                 Err(e) if tokio::time::Instant::now() < lapsed => {
                     tracing::warn!(error = %e, slot = %self.slot, "giving back the slot failed; trying again");

@@ -324,9 +324,21 @@ impl RebootSlots {
     /// that already holds a slot gets that slot back (renewed), never a
     /// second one. `Full` lists who holds the slots.
     pub async fn try_acquire(&self, node: &str) -> Result<Acquisition<String>, CoordinationError> {
+        self.try_acquire_seen(node, None).await
+    }
+
+    /// [`try_acquire`](Self::try_acquire), its first pass from `seen`, the
+    /// slot Leases a watch holds, instead of reading them again: at most
+    /// one write when the watch is current. A watch behind the slots costs
+    /// a conflict (409) and a pass that reads them.
+    async fn try_acquire_seen(
+        &self,
+        node: &str,
+        mut seen: Option<&[Lease]>,
+    ) -> Result<Acquisition<String>, CoordinationError> {
         let _local = self.local.lock().await;
         for _ in 0..5 {
-            if let Some(outcome) = self.acquire_once(node).await? {
+            if let Some(outcome) = self.acquire_once(node, seen.take()).await? {
                 return Ok(outcome);
             }
         }
@@ -342,8 +354,12 @@ impl RebootSlots {
     async fn acquire_once(
         &self,
         node: &str,
+        seen: Option<&[Lease]>,
     ) -> Result<Option<Acquisition<String>>, CoordinationError> {
-        let slots = self.read_candidates(node).await?;
+        let slots = match seen {
+            Some(leases) => self.slots_among(node, leases),
+            None => self.read_candidates(node).await?,
+        };
         let now = Timestamp::now();
         for (name, lease) in &slots {
             if let Some(lease) = lease
@@ -440,7 +456,18 @@ impl RebootSlots {
         node: &str,
         stop: tokio_util::sync::CancellationToken,
     ) -> Result<Acquisition<SlotGuard>, CoordinationError> {
-        Ok(match self.try_acquire(node).await? {
+        self.acquire_seen_with_renewal(node, None, stop).await
+    }
+
+    /// [`acquire_with_renewal`](Self::acquire_with_renewal), first from the
+    /// slot Leases a watch holds (see `try_acquire_seen`).
+    pub async fn acquire_seen_with_renewal(
+        &self,
+        node: &str,
+        seen: Option<&[Lease]>,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> Result<Acquisition<SlotGuard>, CoordinationError> {
+        Ok(match self.try_acquire_seen(node, seen).await? {
             Acquisition::Acquired(slot) => {
                 Acquisition::Acquired(SlotGuard::start(self.clone(), node, slot, stop))
             }
@@ -506,45 +533,50 @@ impl RebootSlots {
             .map(|(name, _)| name)
             .collect();
         for name in mine {
-            // A conflict means the Lease changed between read and write (a
-            // renewal in flight, or a takeover): reread and decide again.
-            for attempt in 0.. {
-                let Some(current) = self
-                    .read_slot(&name)
-                    .await
-                    .map_err(|e| self.err(&name, "reading the slot", crate::client::explain(&e)))?
-                    .1
-                else {
-                    break;
-                };
-                let mine = matches!(
-                    lease::slot_state(&current, Timestamp::now()),
-                    SlotState::Held { ref holder, .. } if holder == node
-                );
-                if !mine {
-                    break;
-                }
-                match self
-                    .api
-                    .replace(&name, &PostParams::default(), &lease::released(&current))
-                    .await
-                {
-                    Ok(_) => {
-                        released = true;
-                        break;
-                    }
-                    Err(kube::Error::Api(s)) if s.code == 409 && attempt < 5 => continue,
-                    Err(e) => {
-                        return Err(self.err(
-                            &name,
-                            "releasing the slot",
-                            crate::client::explain(&e),
-                        ));
-                    }
+            released |= self.release_one(node, &name).await?;
+        }
+        Ok(released)
+    }
+
+    /// Gives back slot `name` if `node` holds it: one read and one write,
+    /// whatever the group's size. Returns whether it was released.
+    pub async fn release_slot(&self, node: &str, name: &str) -> Result<bool, CoordinationError> {
+        let _local = self.local.lock().await;
+        self.release_one(node, name).await
+    }
+
+    async fn release_one(&self, node: &str, name: &str) -> Result<bool, CoordinationError> {
+        // A conflict means the Lease changed between read and write (a
+        // renewal in flight, or a takeover): reread and decide again.
+        for attempt in 0.. {
+            let Some(current) = self
+                .read_slot(name)
+                .await
+                .map_err(|e| self.err(name, "reading the slot", crate::client::explain(&e)))?
+                .1
+            else {
+                return Ok(false);
+            };
+            let mine = matches!(
+                lease::slot_state(&current, Timestamp::now()),
+                SlotState::Held { ref holder, .. } if holder == node
+            );
+            if !mine {
+                return Ok(false);
+            }
+            match self
+                .api
+                .replace(name, &PostParams::default(), &lease::released(&current))
+                .await
+            {
+                Ok(_) => return Ok(true),
+                Err(kube::Error::Api(s)) if s.code == 409 && attempt < 5 => continue,
+                Err(e) => {
+                    return Err(self.err(name, "releasing the slot", crate::client::explain(&e)));
                 }
             }
         }
-        Ok(released)
+        Ok(false)
     }
 
     /// Who holds `node`'s candidate slots now (expired holds excluded).

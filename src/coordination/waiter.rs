@@ -177,7 +177,8 @@ pub async fn wait_for_slot(
             if sleep_or_stop(pause, &cancel).await {
                 return None;
             }
-            let now_view = availability(&slots, &leases(&views), &node, Timestamp::now());
+            let seen = leases(&views);
+            let now_view = availability(&slots, &seen, &node, Timestamp::now());
             if !now_view.open {
                 continue;
             }
@@ -185,7 +186,12 @@ pub async fn wait_for_slot(
             // the slot must come back as a guard (each call is bounded by
             // the client's own timeout), or the slot would stay held,
             // unrenewed, until it expires.
-            match slots.acquire_with_renewal(&node, stop.child_token()).await {
+            // From what the watch shows: a watch behind costs a conflict
+            // and a read, a current one saves reading the slots again.
+            match slots
+                .acquire_seen_with_renewal(&node, Some(&seen), stop.child_token())
+                .await
+            {
                 Ok(Acquisition::Acquired(g)) => return Some(g),
                 // Lost the race: the watch shows the winner shortly.
                 Ok(Acquisition::Full { holders }) => {
