@@ -266,12 +266,14 @@ async fn a_flaky_api_server_slows_the_drain_but_it_completes() {
     )
     .await;
     // Marking the node is one patch from the watched Node, retried at most
-    // 2 s apart; the whole drain took 2–7 s in ten runs here. The bound is
-    // below the 30 s a pod blocked by its budget waits before it asks
-    // anyway: a failed eviction that kept the budget's one disruption
-    // taken left both pods waiting for that backstop (37–50 s in eight
-    // runs here, past a minute once in CI).
-    s.wait_event_within(EventKind::DrainCompleted, Duration::from_secs(25))
+    // 2 s apart; the whole drain took 2–7 s in ten runs here, and past 25 s
+    // once in CI, with the image built beside the tests. A failed eviction
+    // that kept its budget's one disruption taken left both pods waiting
+    // for the 30–45 s backstop (37–50 s in eight runs here, past a minute
+    // once in CI): that is the unit test
+    // `a_disruption_given_back_wakes_a_waiting_pod`'s to catch, not a
+    // clock's. This bound only says the drain completes.
+    s.wait_event_within(EventKind::DrainCompleted, Duration::from_secs(90))
         .await;
     s.sim.state.faults.clear();
     let left: Vec<String> = pods_on(&s.sim.client(), "node-a")

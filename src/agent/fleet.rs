@@ -364,10 +364,14 @@ async fn first_of(
     };
     match (slot, place) {
         (Some(slot), place) => {
-            if let Some(place) = place
-                && let Err(e) = place.release().await
-            {
-                tracing::warn!(error = %e, "giving back a place in line taken beside the slot; it lapses by itself");
+            // In the background: giving it back is retried for as long as
+            // the hold would last, and the drain must not wait for that.
+            if let Some(place) = place {
+                tokio::spawn(async move {
+                    if let Err(e) = place.release().await {
+                        tracing::warn!(error = %e, "giving back a place in line taken beside the slot; it lapses by itself");
+                    }
+                });
             }
             Some(Taken::Slot(slot))
         }
