@@ -196,13 +196,16 @@ impl Reconciler {
         // policy holding the drain back), the slot, or first a place in
         // line before it (`cordonAhead`).
         let waiting = ask.as_ref().filter(|_| self.slot.is_none() && !held);
+        let line = waiting.and_then(|a| self.agent.line(a));
         // A place in line is kept while its node waits for that slot.
-        if self.place.as_ref().is_some_and(|(line, _)| {
-            waiting.and_then(|a| self.agent.line(a)).as_ref() != Some(line)
-        }) {
+        if self
+            .place
+            .as_ref()
+            .is_some_and(|(held_line, _)| line.as_ref() != Some(held_line))
+        {
             self.give_back_place();
         }
-        let wait_for = waiting.map(|a| (a, self.agent.line(a).is_some() && self.place.is_none()));
+        let wait_for = waiting.map(|a| (a, line.is_some() && self.place.is_none()));
         if self
             .slot_taking
             .as_ref()
