@@ -34,6 +34,13 @@ pub use nodes::{NOT_READY, NodeHealth, UNREACHABLE, UNSCHEDULABLE, set_node_heal
 pub use scheduler::{fits, schedule, tolerates};
 pub use statefulset::REVISION_LABEL;
 
+/// How often the controllers act on what changed: every change waits for
+/// the next step, and the disruption controller's lag counts from the step
+/// that noticed the change. A status the disruption controller writes is a
+/// change it notices only at its next step, so two recomputes of one
+/// namespace's budgets are at least the lag and one step apart.
+pub const CONTROLLER_STEP: Duration = Duration::from_millis(20);
+
 /// Places a workload's first pods on this node (scenarios use it to load
 /// one node); replacements are scheduled normally.
 pub const INITIAL_NODE_ANNOTATION: &str = "sim.maintd.io/initial-node";
@@ -127,7 +134,7 @@ pub fn start(sim: Arc<SimState>, stop: CancellationToken) {
         // and when: it lags the events it reacts to, as on a busy cluster.
         let mut budgets_due: BTreeMap<String, Instant> = BTreeMap::new();
         let lag = sim.config.disruption_lag;
-        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        let mut tick = tokio::time::interval(CONTROLLER_STEP);
         loop {
             tokio::select! {
                 ev = rx.recv() => match ev {

@@ -195,6 +195,24 @@ impl SimCluster {
                 return Some(format!("deployment {} is not rolled out", meta::name(&d)));
             }
         }
+        // A budget whose status lags its pods would refuse (or allow) the
+        // first evictions on the disruption controller's old word.
+        for pdb in store.list(&Gr::pdbs(), None) {
+            let Ok((st, _)) = eviction::budget_status(&store, &pdb) else {
+                continue;
+            };
+            let status = &pdb["status"];
+            if status["observedGeneration"] != pdb["metadata"]["generation"]
+                || status["disruptionsAllowed"].as_i64() != Some(st.disruptions_allowed)
+                || status["currentHealthy"].as_i64() != Some(st.current_healthy)
+            {
+                return Some(format!(
+                    "the status of budget {}/{} is behind its pods",
+                    meta::namespace(&pdb),
+                    meta::name(&pdb)
+                ));
+            }
+        }
         for ds in store.list(&Gr::daemonsets(), None) {
             if ds["status"]["numberReady"].is_null()
                 || ds["status"]["numberReady"] != ds["status"]["desiredNumberScheduled"]
@@ -333,5 +351,78 @@ impl SimCluster {
 impl Drop for SimCluster {
     fn drop(&mut self) {
         self.stop.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::resources::Gr;
+    use crate::verbs::{Writer, create};
+
+    /// A budget whose status the disruption controller has not written yet
+    /// keeps the cluster unsettled, and names the budget: a bench or test
+    /// that starts then would meet refusals the budget's pods do not call
+    /// for.
+    #[tokio::test]
+    async fn a_budget_whose_status_lags_its_pods_is_not_settled() {
+        // The controller will not recompute within this test.
+        let config = SimConfig {
+            disruption_lag: Duration::from_secs(3600),
+            ..SimConfig::default()
+        };
+        let sim = SimCluster::start(config).await.expect("sim");
+        let writer = Writer {
+            manager: "test".into(),
+            force: false,
+            user: None,
+        };
+        let def = |gr: &Gr| sim.state.store().resource(gr).expect("served");
+        for name in ["web-1", "web-2"] {
+            let pod = json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "registry.example/web:1"}]},
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+            });
+            create(
+                &sim.state,
+                &def(&Gr::pods()),
+                Some("default"),
+                pod,
+                &writer,
+                true,
+            )
+            .expect("pod");
+        }
+        sim.wait_settled(Duration::from_secs(30))
+            .await
+            .expect("ready pods and no budget are settled");
+        let pdb = json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 1},
+        });
+        create(
+            &sim.state,
+            &def(&Gr::pdbs()),
+            Some("default"),
+            pdb,
+            &writer,
+            false,
+        )
+        .expect("budget");
+        let why = sim
+            .wait_settled(Duration::from_millis(200))
+            .await
+            .expect_err("a budget without its status is not settled");
+        assert!(
+            why.to_string().contains("budget default/web"),
+            "the budget is named: {why}"
+        );
     }
 }
