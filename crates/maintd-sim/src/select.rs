@@ -170,6 +170,14 @@ impl FieldSelector {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// The value `field` must equal, if the selector says so.
+    pub fn equal_to(&self, field: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(f, eq, _)| *eq && f == field)
+            .map(|(_, _, v)| v.as_str())
+    }
 }
 
 fn supported_field(kind: &str, field: &str) -> bool {

@@ -59,7 +59,25 @@ pub struct Store {
     /// Events at or below this resourceVersion are no longer in the history.
     compacted: u64,
     tx: broadcast::Sender<Arc<StoreEvent>>,
+    /// Channels for watchers that want only part of the changes, as the
+    /// apiserver's watch cache indexes them: each event wakes only the
+    /// watchers it may concern, not every watch of the cluster.
+    routes: HashMap<Route, broadcast::Sender<Arc<StoreEvent>>>,
 }
+
+/// Which changes a watcher is woken for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Route {
+    /// Every change of one resource.
+    Resource(Gr),
+    /// Changes of the objects of one resource with this name.
+    Name(Gr, String),
+    /// Changes of the pods bound to this node, before or after the change.
+    PodsOn(String),
+}
+
+/// How many events a routed watcher may fall behind before it is closed.
+const ROUTE_CAPACITY: usize = 4096;
 
 impl Store {
     pub fn new(history_cap: usize) -> Self {
@@ -72,6 +90,7 @@ impl Store {
             history_cap: history_cap.max(1),
             compacted: 0,
             tx,
+            routes: HashMap::new(),
         }
     }
 
@@ -156,6 +175,49 @@ impl Store {
         self.tx.subscribe()
     }
 
+    /// Changes on one route only; a superset of what the watcher wants, so
+    /// it still filters.
+    pub fn subscribe_route(&mut self, route: Route) -> broadcast::Receiver<Arc<StoreEvent>> {
+        let capacity = match route {
+            Route::Resource(_) => 16_384,
+            Route::Name(..) | Route::PodsOn(_) => ROUTE_CAPACITY,
+        };
+        self.routes
+            .entry(route)
+            .or_insert_with(|| broadcast::channel(capacity).0)
+            .subscribe()
+    }
+
+    /// Sends an event on its routes; a route nobody listens to any more
+    /// is dropped.
+    fn route(&mut self, ev: &Arc<StoreEvent>) {
+        if self.routes.is_empty() {
+            return;
+        }
+        let name = |o: &Value| o["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let mut routes = vec![
+            Route::Resource(ev.gr.clone()),
+            Route::Name(ev.gr.clone(), name(&ev.object)),
+        ];
+        if ev.gr.group.is_empty() && ev.gr.plural == "pods" {
+            for obj in std::iter::once(&ev.object).chain(ev.prev.as_ref()) {
+                if let Some(node) = obj["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+                    let route = Route::PodsOn(node.to_string());
+                    if !routes.contains(&route) {
+                        routes.push(route);
+                    }
+                }
+            }
+        }
+        for route in routes {
+            if let Some(tx) = self.routes.get(&route)
+                && tx.send(ev.clone()).is_err()
+            {
+                self.routes.remove(&route);
+            }
+        }
+    }
+
     /// Events after `rv` that are still in the history, oldest first, or
     /// `None` if `rv` is older than the history holds (410 Gone).
     pub fn events_since(&self, rv: u64) -> Option<Vec<Arc<StoreEvent>>> {
@@ -185,6 +247,7 @@ impl Store {
             self.compacted = old.rv;
         }
         self.history.push_back(ev.clone());
+        self.route(&ev);
         // No receivers is fine: nobody is watching.
         let _ = self.tx.send(ev);
     }
@@ -312,5 +375,56 @@ mod tests {
         let names: Vec<_> = s.list(&gr, Some("a")).iter().map(|o| key_of(o).1).collect();
         assert_eq!(names, ["1", "4"]);
         assert_eq!(s.list(&gr, None).len(), 4);
+    }
+
+    /// A watcher on a route hears every change it may care about and none
+    /// of the rest: a pod bound to its node (the change that moves the pod
+    /// onto the node included), its pods' deletion; not other nodes' pods.
+    #[test]
+    fn routes_carry_the_changes_their_watchers_want_and_no_others() {
+        let mut s = Store::new(100);
+        let pods = Gr::new("", "pods");
+        let nodes = Gr::new("", "nodes");
+        let mut on_n1 = s.subscribe_route(Route::PodsOn("n1".into()));
+        let mut node_n1 = s.subscribe_route(Route::Name(nodes.clone(), "n1".into()));
+        let mut all_pods = s.subscribe_route(Route::Resource(pods.clone()));
+        let unbound = s.insert(&pods, pod("a", "web")).unwrap();
+        s.insert(
+            &pods,
+            json!({"metadata": {"namespace": "a", "name": "other"}, "spec": {"nodeName": "n2"}}),
+        )
+        .unwrap();
+        let mut bound = (*unbound).clone();
+        bound["spec"] = json!({"nodeName": "n1"});
+        s.replace(&pods, bound).unwrap();
+        s.remove(&pods, "a", "web");
+        s.insert(&nodes, json!({"metadata": {"name": "n2"}}))
+            .unwrap();
+        s.insert(&nodes, json!({"metadata": {"name": "n1"}}))
+            .unwrap();
+        let drain = |rx: &mut broadcast::Receiver<Arc<StoreEvent>>| {
+            std::iter::from_fn(|| rx.try_recv().ok())
+                .map(|e| (e.kind, key_of(&e.object).1))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            drain(&mut on_n1),
+            [
+                (EventType::Modified, "web".to_string()),
+                (EventType::Deleted, "web".to_string())
+            ]
+        );
+        assert_eq!(drain(&mut node_n1), [(EventType::Added, "n1".to_string())]);
+        assert_eq!(drain(&mut all_pods).len(), 4, "every pod change");
+        // Nobody listens to n1's node any more: its route goes.
+        drop(node_n1);
+        s.insert(&nodes, json!({"metadata": {"name": "n3"}}))
+            .unwrap();
+        s.replace(
+            &nodes,
+            json!({"metadata": {"name": "n1"}, "spec": {"unschedulable": true}}),
+        )
+        .unwrap();
+        assert!(!s.routes.contains_key(&Route::Name(nodes, "n1".into())));
     }
 }

@@ -12,10 +12,10 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
 use super::errors::ApiError;
-use super::resources::ResourceDef;
+use super::resources::{Gr, ResourceDef};
 use super::select::{FieldSelector, LabelSelector};
 use super::state::SimState;
-use super::store::{EventType, StoreEvent};
+use super::store::{EventType, Route, StoreEvent};
 use super::table;
 
 /// What a watch request asked for.
@@ -47,6 +47,24 @@ impl WatchRequest {
             Some(ns) => format!("{root}/namespaces/{ns}/{}", self.def.plural),
             None => format!("{root}/{}", self.def.plural),
         }
+    }
+
+    /// The changes this watch must be woken for: a watch of one object by
+    /// name, or of one node's pods, needs only theirs.
+    fn route(&self) -> Route {
+        let gr = self.def.gr();
+        if let Some(name) = self.fields.equal_to("metadata.name") {
+            return Route::Name(gr, name.to_string());
+        }
+        if gr == Gr::pods()
+            && let Some(node) = self
+                .fields
+                .equal_to("spec.nodeName")
+                .filter(|n| !n.is_empty())
+        {
+            return Route::PodsOn(node.to_string());
+        }
+        Route::Resource(gr)
     }
 
     fn matches(&self, ev_ns: &str, obj: &Value) -> bool {
@@ -101,8 +119,8 @@ pub fn start(sim: &Arc<SimState>, req: WatchRequest) -> Result<mpsc::Receiver<By
     let rx;
     let start_rv;
     {
-        let store = sim.store();
-        rx = store.subscribe();
+        let mut store = sim.store();
+        rx = store.subscribe_route(req.route());
         let asked: Option<u64> = match req.resource_version.as_deref() {
             None | Some("") | Some("0") => None,
             Some(s) => Some(
