@@ -76,12 +76,17 @@ pub enum Route {
     PodsOn(String),
 }
 
-/// How many events a routed watcher may fall behind before it is closed.
+/// How many events a watcher of a whole resource (or the controllers) may
+/// fall behind before it is closed.
+const CAPACITY: usize = 16_384;
+
+/// How many events a watcher of one object or one node's pods may fall
+/// behind before it is closed.
 const ROUTE_CAPACITY: usize = 4096;
 
 impl Store {
     pub fn new(history_cap: usize) -> Self {
-        let (tx, _) = broadcast::channel(16_384);
+        let (tx, _) = broadcast::channel(CAPACITY);
         Store {
             rv: 1,
             resources: BTreeMap::new(),
@@ -179,7 +184,7 @@ impl Store {
     /// it still filters.
     pub fn subscribe_route(&mut self, route: Route) -> broadcast::Receiver<Arc<StoreEvent>> {
         let capacity = match route {
-            Route::Resource(_) => 16_384,
+            Route::Resource(_) => CAPACITY,
             Route::Name(..) | Route::PodsOn(_) => ROUTE_CAPACITY,
         };
         self.routes
