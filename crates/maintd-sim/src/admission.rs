@@ -25,7 +25,7 @@ pub mod cel;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use ::cel::Value as CelValue;
+use ::cel::{Context, Value as CelValue};
 use serde_json::{Value, json};
 
 use super::auth::UserInfo;
@@ -319,7 +319,7 @@ fn evaluate(store: &Store, policy: &Value, req: &Request) -> Result<(), Denial> 
     } else {
         CelValue::Null
     };
-    let mut bindings: Vec<(&str, CelValue)> = vec![
+    let request = cel::scope(&[
         (
             "object",
             req.object.map(cel::value).unwrap_or(CelValue::Null),
@@ -331,9 +331,9 @@ fn evaluate(store: &Store, policy: &Value, req: &Request) -> Result<(), Denial> 
         ("request", cel::value(&req.to_json())),
         ("namespaceObject", namespace_object),
         ("params", CelValue::Null),
-    ];
+    ]);
     for (_, condition) in &compiled.match_conditions {
-        match condition.eval(&bindings) {
+        match condition.eval(&request) {
             Ok(CelValue::Bool(true)) => {}
             Ok(CelValue::Bool(false)) => return Ok(()),
             Ok(_) if !fail_closed => return Ok(()),
@@ -353,17 +353,17 @@ fn evaluate(store: &Store, policy: &Value, req: &Request) -> Result<(), Denial> 
     let mut values: Vec<(String, CelValue)> = Vec::new();
     let mut errors: HashMap<String, String> = HashMap::new();
     for (name, expr) in &compiled.variables {
-        bindings.retain(|(n, _)| *n != "variables");
-        bindings.push(("variables", cel::map(&values)));
-        match expr.eval(&bindings) {
+        let mut scope = request.new_inner_scope();
+        scope.add_variable_from_value("variables", cel::map(&values));
+        match expr.eval(&scope) {
             Ok(v) => values.push((name.clone(), v)),
             Err(e) => {
                 errors.insert(name.clone(), e);
             }
         }
     }
-    bindings.retain(|(n, _)| *n != "variables");
-    bindings.push(("variables", cel::map(&values)));
+    let mut scope = request.new_inner_scope();
+    scope.add_variable_from_value("variables", cel::map(&values));
     for v in &compiled.validations {
         let broken = v
             .expression
@@ -374,13 +374,13 @@ fn evaluate(store: &Store, policy: &Value, req: &Request) -> Result<(), Denial> 
             Some((name, e)) => Err(format!(
                 "composited variable \"{name}\" fails to evaluate: {e}"
             )),
-            None => v.expression.eval(&bindings),
+            None => v.expression.eval(&scope),
         };
         match outcome {
             Ok(CelValue::Bool(true)) => {}
             Ok(CelValue::Bool(false)) => {
                 return Err(Denial {
-                    message: message_of(v, &bindings),
+                    message: message_of(v, &scope),
                     reason: v.reason.clone(),
                 });
             }
@@ -400,9 +400,9 @@ fn evaluate(store: &Store, policy: &Value, req: &Request) -> Result<(), Denial> 
 
 /// What a failed validation says: its messageExpression when that gives a
 /// non-empty string, else its message, else the expression.
-fn message_of(v: &Validation, bindings: &[(&str, CelValue)]) -> String {
+fn message_of(v: &Validation, scope: &Context) -> String {
     if let Some(expr) = &v.message_expression
-        && let Ok(CelValue::String(s)) = expr.eval(bindings)
+        && let Ok(CelValue::String(s)) = expr.eval(scope)
         && !s.trim().is_empty()
     {
         return s.to_string();

@@ -65,6 +65,7 @@ struct Dirty {
     deployments: BTreeSet<Key>,
     pdb_namespaces: BTreeSet<String>,
     schedule: bool,
+    every_daemonset: bool,
     all: bool,
 }
 
@@ -90,9 +91,11 @@ impl Dirty {
         } else if ev.gr == Gr::pdbs() {
             self.pdb_namespaces.insert(key.0);
         } else if ev.gr == Gr::nodes() {
+            // The node lifecycle controller looks at this node only; a node
+            // change can make DaemonSet pods due and unblock pending pods.
             self.nodes.insert(key.1);
-            // A node change can make DaemonSet pods due and unblock pending pods.
-            self.all = true;
+            self.every_daemonset = true;
+            self.schedule = true;
         } else if ev.gr == Gr::pods() {
             self.pdb_namespaces.insert(key.0.clone());
             if obj["spec"]["nodeName"].as_str().unwrap_or("").is_empty()
@@ -196,6 +199,13 @@ fn reconcile(sim: &SimState, mut work: Dirty, placed: &mut HashSet<String>) -> B
         }
         drop(store);
         work.schedule = true;
+    } else if work.every_daemonset {
+        let daemonsets = sim.store().list(&Gr::daemonsets(), None);
+        work.daemonsets.extend(
+            daemonsets
+                .iter()
+                .map(|o| (meta::namespace(o).to_string(), meta::name(o).to_string())),
+        );
     }
     // Taints first: they decide where the others' pods may go.
     for name in &work.nodes {

@@ -71,11 +71,9 @@ pub fn start(sim: Arc<SimState>, stop: CancellationToken) {
                     on_node(&s2, &ev.object);
                     let name = meta::name(&ev.object).to_string();
                     // Bound first: the store lock must not be held while handling.
-                    let pods = s2.store().list(&Gr::pods(), None);
+                    let pods = s2.store().pods_on(&name);
                     for pod in pods {
-                        if pod["spec"]["nodeName"] == name.as_str() {
-                            on_pod(&s2, &sh2, &pod);
-                        }
+                        on_pod(&s2, &sh2, &pod);
                     }
                 }
                 Ok(_) => {}
@@ -348,12 +346,9 @@ fn sync_static_pods(sim: &SimState, root: &std::path::Path, stopping: &mut Stopp
         let want = desired_mirrors(&dir, &node);
         let have: Vec<Arc<Value>> = sim
             .store()
-            .list(&Gr::pods(), None)
+            .pods_on(&name)
             .into_iter()
-            .filter(|p| {
-                p["spec"]["nodeName"] == name.as_str()
-                    && meta::annotation(p, MIRROR_ANNOTATION).is_some()
-            })
+            .filter(|p| meta::annotation(p, MIRROR_ANNOTATION).is_some())
             .collect();
         for pod in &have {
             let key = (

@@ -84,12 +84,6 @@ pub fn controller_of(obj: &Value) -> Option<(&str, &str, &str)> {
         })
 }
 
-pub fn is_owned_by(obj: &Value, owner_uid: &str) -> bool {
-    obj["metadata"]["ownerReferences"]
-        .as_array()
-        .is_some_and(|refs| refs.iter().any(|o| o["uid"].as_str() == Some(owner_uid)))
-}
-
 /// An owner reference to `owner` marking it as the controller.
 pub fn controller_ref(api_version: &str, kind: &str, owner: &Value) -> Value {
     json!({

@@ -6,7 +6,7 @@
 //! semantics of the objects; validation, defaulting and graceful deletion live
 //! in `api.rs`, controllers in `kubelet.rs` and `controllers.rs`.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -63,6 +63,13 @@ pub struct Store {
     /// apiserver's watch cache indexes them: each event wakes only the
     /// watchers it may concern, not every watch of the cluster.
     routes: HashMap<Route, broadcast::Sender<Arc<StoreEvent>>>,
+    /// Objects by the uid of each owner they name, as the garbage
+    /// collector's graph keeps them: collecting an owner's dependents
+    /// reads its entry, not every object of the cluster.
+    dependents: HashMap<String, BTreeSet<(Gr, ObjKey)>>,
+    /// Pods by the node they are bound to, as the kubelet's watch sees
+    /// them: a node's pods without reading every pod.
+    pods_on: HashMap<String, BTreeSet<ObjKey>>,
 }
 
 /// Which changes a watcher is woken for.
@@ -96,6 +103,8 @@ impl Store {
             compacted: 0,
             tx,
             routes: HashMap::new(),
+            dependents: HashMap::new(),
+            pods_on: HashMap::new(),
         }
     }
 
@@ -122,7 +131,9 @@ impl Store {
 
     pub fn unregister(&mut self, gr: &Gr) {
         self.resources.remove(gr);
-        self.objects.remove(gr);
+        for (key, obj) in self.objects.remove(gr).unwrap_or_default() {
+            self.index(gr, &key, Some(&obj), None);
+        }
     }
 
     pub fn resource(&self, gr: &Gr) -> Option<Arc<ResourceDef>> {
@@ -169,6 +180,79 @@ impl Store {
                 .take_while(|((n, _), _)| n == ns)
                 .map(|(_, v)| v.clone())
                 .collect(),
+        }
+    }
+
+    /// The objects that name `owner_uid` among their owners, ordered by
+    /// resource (group, then plural) and key.
+    pub fn dependents(&self, owner_uid: &str) -> Vec<(Gr, Arc<Value>)> {
+        let Some(keys) = self.dependents.get(owner_uid) else {
+            return Vec::new();
+        };
+        keys.iter()
+            .filter_map(|(gr, key)| Some((gr.clone(), self.objects.get(gr)?.get(key)?.clone())))
+            .collect()
+    }
+
+    /// The pods bound to `node`, by namespace and name.
+    pub fn pods_on(&self, node: &str) -> Vec<Arc<Value>> {
+        let (Some(keys), Some(pods)) = (self.pods_on.get(node), self.objects.get(&Gr::pods()))
+        else {
+            return Vec::new();
+        };
+        keys.iter()
+            .filter_map(|key| pods.get(key).cloned())
+            .collect()
+    }
+
+    /// Keeps the indexes in step with one object's change from `old` to
+    /// `new` (None: absent).
+    fn index(&mut self, gr: &Gr, key: &ObjKey, old: Option<&Value>, new: Option<&Value>) {
+        let owners = |o: Option<&Value>| -> BTreeSet<String> {
+            o.and_then(|o| o["metadata"]["ownerReferences"].as_array())
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["uid"].as_str().filter(|u| !u.is_empty()))
+                .map(str::to_string)
+                .collect()
+        };
+        let (was, is) = (owners(old), owners(new));
+        for uid in was.difference(&is) {
+            if let Some(set) = self.dependents.get_mut(uid) {
+                set.remove(&(gr.clone(), key.clone()));
+                if set.is_empty() {
+                    self.dependents.remove(uid);
+                }
+            }
+        }
+        for uid in is.difference(&was) {
+            self.dependents
+                .entry(uid.clone())
+                .or_default()
+                .insert((gr.clone(), key.clone()));
+        }
+        if !(gr.group.is_empty() && gr.plural == "pods") {
+            return;
+        }
+        let node = |o: Option<&Value>| {
+            o.and_then(|o| o["spec"]["nodeName"].as_str())
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+        };
+        let (was, is) = (node(old), node(new));
+        if was == is {
+            return;
+        }
+        if let Some(was) = was
+            && let Some(set) = self.pods_on.get_mut(&was)
+        {
+            set.remove(key);
+            if set.is_empty() {
+                self.pods_on.remove(&was);
+            }
+        }
+        if let Some(is) = is {
+            self.pods_on.entry(is).or_default().insert(key.clone());
         }
     }
 
@@ -268,6 +352,7 @@ impl Store {
         let rv = self.next_rv();
         set_rv(&mut obj, rv);
         let obj = Arc::new(obj);
+        self.index(gr, &key, None, Some(&obj));
         self.objects
             .entry(gr.clone())
             .or_default()
@@ -290,6 +375,7 @@ impl Store {
         let rv = self.next_rv();
         set_rv(&mut obj, rv);
         let obj = Arc::new(obj);
+        self.index(gr, &key, Some(&old), Some(&obj));
         self.objects
             .entry(gr.clone())
             .or_default()
@@ -301,10 +387,9 @@ impl Store {
     /// Removes an object for good; the DELETED event carries a new
     /// resourceVersion, as in Kubernetes.
     pub fn remove(&mut self, gr: &Gr, ns: &str, name: &str) -> Option<Arc<Value>> {
-        let old = self
-            .objects
-            .get_mut(gr)?
-            .remove(&(ns.to_string(), name.to_string()))?;
+        let key = (ns.to_string(), name.to_string());
+        let old = self.objects.get_mut(gr)?.remove(&key)?;
+        self.index(gr, &key, Some(&old), None);
         let rv = self.next_rv();
         let mut gone = (*old).clone();
         set_rv(&mut gone, rv);
@@ -431,5 +516,76 @@ mod tests {
         )
         .unwrap();
         assert!(!s.routes.contains_key(&Route::Name(nodes, "n1".into())));
+    }
+
+    /// The owner and node indexes follow every kind of change: a new
+    /// object, an owner or node that changes, a removal, and a resource
+    /// that stops being served.
+    #[test]
+    fn owner_and_node_indexes_follow_every_change() {
+        let mut s = Store::new(100);
+        let pods = Gr::pods();
+        let leases = Gr::new("coordination.k8s.io", "leases");
+        let owned = |ns: &str, name: &str, owners: &[&str], node: &str| {
+            let refs: Vec<Value> = owners.iter().map(|u| json!({"uid": u})).collect();
+            json!({"metadata": {"namespace": ns, "name": name, "ownerReferences": refs},
+                   "spec": {"nodeName": node}})
+        };
+        let names =
+            |objs: Vec<Arc<Value>>| -> Vec<String> { objs.iter().map(|o| key_of(o).1).collect() };
+        let dependents = |s: &Store, uid: &str| -> Vec<(String, String)> {
+            s.dependents(uid)
+                .into_iter()
+                .map(|(gr, o)| (gr.plural.clone(), key_of(&o).1))
+                .collect()
+        };
+        s.insert(&pods, owned("a", "p1", &["rs-1"], "n1")).unwrap();
+        s.insert(&pods, owned("a", "p2", &["rs-1", "other"], "n2"))
+            .unwrap();
+        s.insert(&pods, owned("b", "p3", &[], "")).unwrap();
+        s.insert(&leases, owned("a", "l1", &["rs-1"], "n1"))
+            .unwrap();
+        assert_eq!(
+            dependents(&s, "rs-1"),
+            [
+                ("pods".into(), "p1".into()),
+                ("pods".into(), "p2".into()),
+                ("leases".into(), "l1".into())
+            ]
+        );
+        assert_eq!(names(s.pods_on("n1")), ["p1"], "a lease is not a pod");
+        assert_eq!(names(s.pods_on("n2")), ["p2"]);
+        assert!(s.pods_on("").is_empty(), "an unbound pod is on no node");
+
+        // p1 changes owner and node; p3 is bound.
+        s.replace(&pods, owned("a", "p1", &["other"], "n2"))
+            .unwrap();
+        s.replace(&pods, owned("b", "p3", &[], "n1")).unwrap();
+        assert_eq!(
+            dependents(&s, "rs-1"),
+            [("pods".into(), "p2".into()), ("leases".into(), "l1".into())]
+        );
+        assert_eq!(
+            dependents(&s, "other"),
+            [("pods".into(), "p1".into()), ("pods".into(), "p2".into())]
+        );
+        assert_eq!(names(s.pods_on("n1")), ["p3"]);
+        assert_eq!(names(s.pods_on("n2")), ["p1", "p2"]);
+
+        s.remove(&pods, "a", "p2").unwrap();
+        assert_eq!(dependents(&s, "other"), [("pods".into(), "p1".into())]);
+        assert_eq!(names(s.pods_on("n2")), ["p1"]);
+
+        s.unregister(&leases);
+        assert!(
+            dependents(&s, "rs-1").is_empty(),
+            "a resource no longer served owns nothing"
+        );
+        s.remove(&pods, "a", "p1").unwrap();
+        s.remove(&pods, "b", "p3").unwrap();
+        assert!(
+            s.dependents.is_empty() && s.pods_on.is_empty(),
+            "nothing is left behind"
+        );
     }
 }

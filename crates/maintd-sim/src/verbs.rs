@@ -734,18 +734,15 @@ fn collect_dependents(store: &mut Store, owner_uid: &str) {
     if owner_uid.is_empty() {
         return;
     }
-    let grs: Vec<Gr> = store.resources().map(|d| d.gr()).collect();
-    for g in grs {
-        for o in store.list(&g, None) {
-            if !meta::is_owned_by(&o, owner_uid) || meta::is_terminating(&o) {
-                continue;
-            }
-            if g == Gr::pods() {
-                let _ = delete_pod(store, o, &DeleteOptions::default());
-            } else {
-                let (ns, name) = (meta::namespace(&o).to_string(), meta::name(&o).to_string());
-                remove_now(store, &g, &ns, &name, false);
-            }
+    for (g, o) in store.dependents(owner_uid) {
+        if meta::is_terminating(&o) {
+            continue;
+        }
+        if g == Gr::pods() {
+            let _ = delete_pod(store, o, &DeleteOptions::default());
+        } else {
+            let (ns, name) = (meta::namespace(&o).to_string(), meta::name(&o).to_string());
+            remove_now(store, &g, &ns, &name, false);
         }
     }
 }

@@ -10,10 +10,10 @@
 //! expression calling one fails, and the policy's failurePolicy decides.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use cel::objects::{Key, Map};
-use cel::{Context, Program, Value};
+use cel::{Context, Env, Program, Value};
 use serde_json::Value as Json;
 
 /// A compiled expression, with the source kept for messages.
@@ -48,18 +48,28 @@ impl Expression {
         out
     }
 
-    /// Evaluates the expression with `bindings` as its top-level names.
-    pub fn eval(&self, bindings: &[(&str, Value)]) -> Result<Value, String> {
+    /// Evaluates the expression in `scope` (see [`scope`]).
+    pub fn eval(&self, scope: &Context) -> Result<Value, String> {
         let program = self
             .program
             .as_ref()
             .map_err(|e| format!("compilation failed: {e}"))?;
-        let mut ctx = Context::default();
-        for (name, value) in bindings {
-            ctx.add_variable_from_value(*name, value.clone());
-        }
-        program.execute(&ctx).map_err(|e| one_line(&e.to_string()))
+        program.execute(scope).map_err(|e| one_line(&e.to_string()))
     }
+}
+
+/// The standard library, built once: every scope shares it.
+static STDLIB: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));
+
+/// A scope with `bindings` as its top-level names. The values are converted
+/// for CEL here, once, however many expressions run in the scope or in
+/// inner scopes made from it (`Context::new_inner_scope`).
+pub fn scope(bindings: &[(&str, Value)]) -> Context<'static, 'static> {
+    let mut ctx = Context::with_env(STDLIB.clone());
+    for (name, value) in bindings {
+        ctx.add_variable_from_value(*name, value.clone());
+    }
+    ctx
 }
 
 fn one_line(s: &str) -> String {

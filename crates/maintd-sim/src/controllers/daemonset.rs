@@ -1,6 +1,9 @@
 //! The DaemonSet controller: one pod per node the template fits, unless a
 //! taint the pod does not tolerate keeps it off.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::pods::{create_pod, new_pod, owned_pods};
@@ -44,15 +47,19 @@ pub(super) fn daemonset(sim: &SimState, ns: &str, name: &str) {
         .unwrap_or_default();
     tol.extend(daemonset_tolerations());
     tpl_spec["tolerations"] = Value::Array(tol);
-    let pods = owned_pods(sim, ns, meta::uid(&ds));
+    let mut by_node: HashMap<String, Vec<Arc<Value>>> = HashMap::new();
+    for pod in owned_pods(sim, ns, meta::uid(&ds)) {
+        let node = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+        by_node.entry(node.to_string()).or_default().push(pod);
+    }
     let (mut desired, mut current, mut ready) = (0, 0, 0);
     let nodes = sim.store().list(&Gr::nodes(), None);
     for node in nodes {
         let node_name = meta::name(&node);
-        let here: Vec<_> = pods
-            .iter()
-            .filter(|p| p["spec"]["nodeName"] == node_name)
-            .collect();
+        let here = by_node
+            .get(node_name)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         let eligible = fits(&tpl_spec, &node);
         if eligible {
             desired += 1;

@@ -45,19 +45,16 @@ pub fn fits(spec: &Value, node: &Value) -> bool {
 /// room, and the fewest pods.
 pub fn schedule(sim: &SimState, spec: &Value) -> Option<String> {
     let store = sim.store();
-    let pods = store.list(&Gr::pods(), None);
     store
         .list(&Gr::nodes(), None)
         .into_iter()
         .filter(|n| meta::node_ready(n) && n["spec"]["unschedulable"] != true && fits(spec, n))
         .filter_map(|n| {
             let name = meta::name(&n).to_string();
-            let count = pods
+            let count = store
+                .pods_on(&name)
                 .iter()
-                .filter(|p| {
-                    p["spec"]["nodeName"] == name.as_str()
-                        && !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
-                })
+                .filter(|p| !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
                 .count();
             let cap = n["status"]["allocatable"]["pods"]
                 .as_str()
