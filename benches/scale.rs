@@ -18,7 +18,9 @@
 //!     and is schedulable. `MAINTD_SCALE_PODS` pods a node (default 3).
 //!     `MAINTD_SCALE_CORDON_AHEAD=M` (default 0, at most 1000) sets the
 //!     object's `cordonAhead`: the next M nodes are cordoned before their
-//!     turn.
+//!     turn. `MAINTD_SCALE_REBOOT_MS` (default 200, 10 to 600000) sets how
+//!     long a rebooting node stays NotReady: real reboots take minutes,
+//!     and a turn's fixed costs weigh less against a longer turn.
 //!
 //! Per N it prints requests per agent per minute (idle), requests, watch
 //! events and bytes received per agent (idle and rolling reboot), the
@@ -108,6 +110,9 @@ struct Usage {
     /// Requests per agent answered 409 Conflict (a write based on a
     /// version that had moved on), by path.
     conflicts: std::collections::BTreeMap<String, f64>,
+    /// Requests per agent by kind and collection: `LIST pods`, `WATCH
+    /// leases`, `PATCH nodes/status`.
+    calls: std::collections::BTreeMap<String, f64>,
 }
 
 /// The resource of a request path and its subresource, without names:
@@ -130,6 +135,20 @@ fn collection_of(path: &str) -> String {
     }
 }
 
+/// What a request did, by kind and collection: a GET without a name is a
+/// LIST, a watch a WATCH.
+fn call_of(r: &maintd_sim::audit::RequestRecord) -> String {
+    let collection = collection_of(&r.path);
+    let named = collection.contains('/')
+        || r.path.trim_end_matches('/').rsplit('/').next() != Some(collection.as_str());
+    let kind = match r.method.as_str() {
+        _ if r.watch => "WATCH",
+        "GET" if !named => "LIST",
+        m => m,
+    };
+    format!("{kind} {collection}")
+}
+
 impl Usage {
     fn of_agents(sim: &SimCluster, n: usize) -> Usage {
         let all = sim.state.audit.requests();
@@ -138,10 +157,12 @@ impl Usage {
             .filter(|r| r.user_agent.starts_with("maintd/"))
             .count();
         let mut conflicts = std::collections::BTreeMap::new();
-        for r in &all {
-            if r.user_agent.starts_with("maintd/") && r.code == 409 {
+        let mut calls = std::collections::BTreeMap::new();
+        for r in all.iter().filter(|r| r.user_agent.starts_with("maintd/")) {
+            if r.code == 409 {
                 *conflicts.entry(collection_of(&r.path)).or_insert(0.0) += 1.0 / n as f64;
             }
+            *calls.entry(call_of(r)).or_insert(0.0) += 1.0 / n as f64;
         }
         let (mut events, mut bytes) = (0u64, 0u64);
         for (ua, s) in sim.state.audit.sent() {
@@ -162,6 +183,7 @@ impl Usage {
             bytes: bytes as f64 / n as f64,
             by_resource,
             conflicts,
+            calls,
         }
     }
 
@@ -175,12 +197,14 @@ impl Usage {
         };
         let by_resource = minus(self.by_resource, &before.by_resource);
         let conflicts = minus(self.conflicts, &before.conflicts);
+        let calls = minus(self.calls, &before.calls);
         Usage {
             requests: self.requests - before.requests,
             events: self.events - before.events,
             bytes: self.bytes - before.bytes,
             by_resource,
             conflicts,
+            calls,
         }
     }
 
@@ -226,6 +250,9 @@ struct Rollout {
     slots: usize,
     /// The object's `cordonAhead`.
     ahead: usize,
+    /// How long each rebooting node stayed NotReady.
+    #[serde(default)]
+    reboot_ms: u64,
     /// From the first node seen cordoned to the last seen uncordoned.
     wall_secs: f64,
     /// Every node's time unschedulable, added up.
@@ -489,7 +516,7 @@ impl Watch {
     }
 
     /// The figures, once every turn is over.
-    fn summary(&self, slots: usize, ahead: usize) -> Rollout {
+    fn summary(&self, slots: usize, ahead: usize, reboot_ms: u64) -> Rollout {
         let spells = |s: &NodeSeen| -> f64 {
             s.cordons
                 .iter()
@@ -514,7 +541,7 @@ impl Watch {
             ("cordoned → NodeDrain Drained", vec![]),
             ("cordoned → Node condition Drained", vec![]),
             ("NodeDrain Drained → rebooted", vec![]),
-            ("rebooted → turn done (200 ms NotReady)", vec![]),
+            ("rebooted → turn done (NotReady meanwhile)", vec![]),
             ("turn done → uncordoned (< 0: uncordon first)", vec![]),
             ("uncordoned → slot released", vec![]),
             ("slot released → next node takes it", vec![]),
@@ -574,6 +601,7 @@ impl Watch {
         Rollout {
             slots,
             ahead,
+            reboot_ms,
             wall_secs: end - start,
             unschedulable_secs: self.nodes.values().map(spells).sum(),
             turn_secs,
@@ -712,6 +740,15 @@ fn run(
                 .expect("MAINTD_SCALE_CORDON_AHEAD: a number of nodes, 0 to 1000")
         })
         .unwrap_or(0);
+    let reboot_ms: u64 = std::env::var("MAINTD_SCALE_REBOOT_MS")
+        .ok()
+        .map(|v| {
+            v.parse()
+                .ok()
+                .filter(|ms| (10..=600_000).contains(ms))
+                .expect("MAINTD_SCALE_REBOOT_MS: milliseconds, 10 to 600000")
+        })
+        .unwrap_or(200);
     create(
         &sim,
         &nms,
@@ -752,7 +789,8 @@ fn run(
             // The updater's part: the node is drained and holds its turn
             // at the boot it has now, so it reboots.
             let _in_sim = sim_rt.enter();
-            sim.reboot_node(node, Duration::from_millis(200)).is_some()
+            sim.reboot_node(node, Duration::from_millis(reboot_ms))
+                .is_some()
         });
         if over {
             break false;
@@ -787,7 +825,7 @@ fn run(
         );
     }
     let done = watch.done_count();
-    let rollout = watch.summary(slots, ahead);
+    let rollout = watch.summary(slots, ahead, reboot_ms);
     rollout.check(n);
     let drain_secs = t.elapsed().as_secs_f64();
     // The last aggregates and NodeDrain writes land within a few seconds.
@@ -843,7 +881,7 @@ fn print_row(r: &Row) {
     );
     let ro = &r.rollout;
     println!(
-        "    rolling reboot: wall time {:.1} s (first cordon to last uncordon), ideal {:.1} s ({:.1} s of turns in all ÷ {} slots; {:.1} s unschedulable): {:.2}x; most nodes unschedulable at once {} of {} slots + {} cordoned ahead; nodes cordoned more than once {}; looks every {:.0} ms (at most {:.0} ms)",
+        "    rolling reboot: wall time {:.1} s (first cordon to last uncordon), ideal {:.1} s ({:.1} s of turns in all ÷ {} slots; {:.1} s unschedulable): {:.2}x; most nodes unschedulable at once {} of {} slots + {} cordoned ahead; nodes cordoned more than once {}; looks every {:.0} ms (at most {:.0} ms); reboots {} ms NotReady",
         ro.wall_secs,
         ro.ideal_secs(),
         ro.turn_secs,
@@ -856,6 +894,7 @@ fn print_row(r: &Row) {
         ro.cordoned_again,
         ro.look_mean_ms,
         ro.look_max_ms,
+        ro.reboot_ms,
     );
     println!("    a turn, step by step (s: mean / p50 / p90 / max):");
     for s in &ro.steps {
@@ -881,6 +920,17 @@ fn print_row(r: &Row) {
     println!(
         "    drain bytes per agent by resource: {}",
         r.drain.breakdown()
+    );
+    let mut calls: Vec<(&String, &f64)> =
+        r.drain.calls.iter().filter(|(_, c)| **c >= 0.05).collect();
+    calls.sort_by(|a, b| b.1.total_cmp(a.1));
+    println!(
+        "    drain requests per agent by kind: {}",
+        calls
+            .iter()
+            .map(|(k, c)| format!("{k} {c:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let conflicts: Vec<String> = r
         .drain

@@ -24,9 +24,9 @@ use super::faults::FaultyIo;
 use super::resources::{Gr, ResourceDef};
 use super::select::{FieldSelector, LabelSelector};
 use super::state::SimState;
-use super::store::rv_of;
+use super::store::{Store, rv_of};
 use super::verbs::{self, DeleteOptions, Part, PatchType, Writer};
-use super::{admission, discovery, protobuf, requestinfo, scale, table, watch};
+use super::{admission, discovery, meta, protobuf, requestinfo, scale, table, watch};
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
@@ -609,6 +609,29 @@ async fn resource(
     (resp, is_write.then_some(audit))
 }
 
+/// The objects a list may return, before its selectors: all of the
+/// resource's (in the namespace), or, as the API server's watch cache
+/// indexes them, only one object by name or only one node's pods.
+fn candidates(store: &Store, t: &Target, fields: &FieldSelector) -> Vec<Arc<Value>> {
+    let gr = t.def.gr();
+    let ns = t.namespace.as_deref();
+    if let Some(name) = fields.equal_to("metadata.name")
+        && (ns.is_some() || !t.def.namespaced)
+    {
+        return store.get(&gr, ns.unwrap_or(""), name).into_iter().collect();
+    }
+    if gr == Gr::pods()
+        && let Some(node) = fields.equal_to("spec.nodeName").filter(|n| !n.is_empty())
+    {
+        return store
+            .pods_on(node)
+            .into_iter()
+            .filter(|p| ns.is_none_or(|ns| meta::namespace(p) == ns))
+            .collect();
+    }
+    store.list(&gr, ns)
+}
+
 fn list(
     sim: &SimState,
     t: &Target,
@@ -644,7 +667,7 @@ fn list(
     let api_version = t.def.api_version(&t.version);
     let mut items = Vec::new();
     let mut next = None;
-    for obj in store.list(&t.def.gr(), t.namespace.as_deref()) {
+    for obj in candidates(&store, t, &fields) {
         let key = (
             obj["metadata"]["namespace"]
                 .as_str()
