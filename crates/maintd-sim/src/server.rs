@@ -26,7 +26,7 @@ use super::select::{FieldSelector, LabelSelector};
 use super::state::SimState;
 use super::store::{Store, rv_of};
 use super::verbs::{self, DeleteOptions, Part, PatchType, Writer};
-use super::{admission, discovery, meta, protobuf, requestinfo, scale, table, watch};
+use super::{admission, discovery, protobuf, requestinfo, scale, table, watch};
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
@@ -609,27 +609,17 @@ async fn resource(
     (resp, is_write.then_some(audit))
 }
 
-/// The objects a list may return, before its selectors: all of the
-/// resource's (in the namespace), or, as the API server's watch cache
-/// indexes them, only one object by name or only one node's pods.
+/// The objects a list may return, before its selectors: only those of
+/// its route (one object by name, one node's pods, or all of the
+/// resource's), in its namespace.
 fn candidates(store: &Store, t: &Target, fields: &FieldSelector) -> Vec<Arc<Value>> {
-    let gr = t.def.gr();
-    let ns = t.namespace.as_deref();
-    if let Some(name) = fields.equal_to("metadata.name")
-        && (ns.is_some() || !t.def.namespaced)
-    {
-        return store.get(&gr, ns.unwrap_or(""), name).into_iter().collect();
-    }
-    if gr == Gr::pods()
-        && let Some(node) = fields.equal_to("spec.nodeName").filter(|n| !n.is_empty())
-    {
-        return store
-            .pods_on(node)
-            .into_iter()
-            .filter(|p| ns.is_none_or(|ns| meta::namespace(p) == ns))
-            .collect();
-    }
-    store.list(&gr, ns)
+    let ns = match &t.namespace {
+        Some(ns) => Some(ns.as_str()),
+        // Every object of a cluster-scoped resource has the namespace "".
+        None if !t.def.namespaced => Some(""),
+        None => None,
+    };
+    store.on_route(&watch::route_for(&t.def.gr(), fields), ns)
 }
 
 fn list(

@@ -205,6 +205,26 @@ impl Store {
             .collect()
     }
 
+    /// The objects whose changes `route` carries, in namespace `ns` (None:
+    /// every namespace), by namespace and name.
+    pub fn on_route(&self, route: &Route, ns: Option<&str>) -> Vec<Arc<Value>> {
+        let in_ns = |o: &Arc<Value>| {
+            ns.is_none_or(|ns| o["metadata"]["namespace"].as_str().unwrap_or("") == ns)
+        };
+        match route {
+            Route::Resource(gr) => self.list(gr, ns),
+            Route::Name(gr, name) => match ns {
+                Some(ns) => self.get(gr, ns, name).into_iter().collect(),
+                None => self
+                    .list(gr, None)
+                    .into_iter()
+                    .filter(|o| o["metadata"]["name"] == name.as_str())
+                    .collect(),
+            },
+            Route::PodsOn(node) => self.pods_on(node).into_iter().filter(in_ns).collect(),
+        }
+    }
+
     /// Keeps the indexes in step with one object's change from `old` to
     /// `new` (None: absent).
     fn index(&mut self, gr: &Gr, key: &ObjKey, old: Option<&Value>, new: Option<&Value>) {
@@ -234,11 +254,7 @@ impl Store {
         if !(gr.group.is_empty() && gr.plural == "pods") {
             return;
         }
-        let node = |o: Option<&Value>| {
-            o.and_then(|o| o["spec"]["nodeName"].as_str())
-                .filter(|n| !n.is_empty())
-                .map(str::to_string)
-        };
+        let node = |o: Option<&Value>| o.and_then(bound_node).map(str::to_string);
         let (was, is) = (node(old), node(new));
         if was == is {
             return;
@@ -290,7 +306,7 @@ impl Store {
         ];
         if ev.gr.group.is_empty() && ev.gr.plural == "pods" {
             for obj in std::iter::once(&ev.object).chain(ev.prev.as_ref()) {
-                if let Some(node) = obj["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+                if let Some(node) = bound_node(obj) {
                     let route = Route::PodsOn(node.to_string());
                     if !routes.contains(&route) {
                         routes.push(route);
@@ -397,6 +413,11 @@ impl Store {
         self.record(gr, EventType::Deleted, gone.clone(), Some(old));
         Some(gone)
     }
+}
+
+/// The node a pod is bound to, if any.
+fn bound_node(pod: &Value) -> Option<&str> {
+    pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty())
 }
 
 pub fn key_of(obj: &Value) -> ObjKey {
@@ -587,5 +608,45 @@ mod tests {
             s.dependents.is_empty() && s.pods_on.is_empty(),
             "nothing is left behind"
         );
+    }
+
+    /// A list reads only what its route carries: one object by name (in a
+    /// namespace, or in every one), one node's pods (in a namespace, or in
+    /// every one), or the whole resource.
+    #[test]
+    fn a_route_holds_the_objects_it_carries_changes_of() {
+        let mut s = Store::new(100);
+        let pods = Gr::pods();
+        let on = |ns: &str, name: &str, node: &str| json!({"metadata": {"namespace": ns, "name": name}, "spec": {"nodeName": node}});
+        for (ns, name, node) in [
+            ("a", "p", "n1"),
+            ("b", "p", "n2"),
+            ("b", "q", "n1"),
+            ("a", "r", ""),
+        ] {
+            s.insert(&pods, on(ns, name, node)).unwrap();
+        }
+        let keys =
+            |objs: Vec<Arc<Value>>| -> Vec<ObjKey> { objs.iter().map(|o| key_of(o)).collect() };
+        let key = |ns: &str, name: &str| (ns.to_string(), name.to_string());
+        let by_name = Route::Name(pods.clone(), "p".into());
+        assert_eq!(keys(s.on_route(&by_name, Some("b"))), [key("b", "p")]);
+        assert_eq!(
+            keys(s.on_route(&by_name, None)),
+            [key("a", "p"), key("b", "p")]
+        );
+        assert!(s.on_route(&by_name, Some("c")).is_empty());
+        let on_n1 = Route::PodsOn("n1".into());
+        assert_eq!(
+            keys(s.on_route(&on_n1, None)),
+            [key("a", "p"), key("b", "q")]
+        );
+        assert_eq!(keys(s.on_route(&on_n1, Some("b"))), [key("b", "q")]);
+        let all = Route::Resource(pods.clone());
+        assert_eq!(
+            keys(s.on_route(&all, Some("a"))),
+            [key("a", "p"), key("a", "r")]
+        );
+        assert_eq!(s.on_route(&all, None).len(), 4);
     }
 }

@@ -49,24 +49,6 @@ impl WatchRequest {
         }
     }
 
-    /// The changes this watch must be woken for: a watch of one object by
-    /// name, or of one node's pods, needs only theirs.
-    fn route(&self) -> Route {
-        let gr = self.def.gr();
-        if let Some(name) = self.fields.equal_to("metadata.name") {
-            return Route::Name(gr, name.to_string());
-        }
-        if gr == Gr::pods()
-            && let Some(node) = self
-                .fields
-                .equal_to("spec.nodeName")
-                .filter(|n| !n.is_empty())
-        {
-            return Route::PodsOn(node.to_string());
-        }
-        Route::Resource(gr)
-    }
-
     fn matches(&self, ev_ns: &str, obj: &Value) -> bool {
         if let Some(ns) = &self.namespace
             && ns != ev_ns
@@ -110,6 +92,23 @@ fn line(v: &Value) -> Bytes {
     Bytes::from(buf)
 }
 
+/// The narrowest part of a resource that requests with these field
+/// selectors concern, as the API server's watch cache indexes it: one
+/// object by name, one node's pods, or else the whole resource. A watch is
+/// woken only by its route's changes; a list reads only its route's
+/// objects.
+pub fn route_for(gr: &Gr, fields: &FieldSelector) -> Route {
+    if let Some(name) = fields.equal_to("metadata.name") {
+        return Route::Name(gr.clone(), name.to_string());
+    }
+    if *gr == Gr::pods()
+        && let Some(node) = fields.equal_to("spec.nodeName").filter(|n| !n.is_empty())
+    {
+        return Route::PodsOn(node.to_string());
+    }
+    Route::Resource(gr.clone())
+}
+
 /// Starts a watch: returns the receiving end of its stream of lines.
 pub fn start(sim: &Arc<SimState>, req: WatchRequest) -> Result<mpsc::Receiver<Bytes>, ApiError> {
     let gr = req.def.gr();
@@ -120,7 +119,7 @@ pub fn start(sim: &Arc<SimState>, req: WatchRequest) -> Result<mpsc::Receiver<By
     let start_rv;
     {
         let mut store = sim.store();
-        rx = store.subscribe_route(req.route());
+        rx = store.subscribe_route(route_for(&gr, &req.fields));
         let asked: Option<u64> = match req.resource_version.as_deref() {
             None | Some("") | Some("0") => None,
             Some(s) => Some(
