@@ -108,7 +108,7 @@ async fn slot_holders(client: &kube::Client, name: &str) -> Vec<String> {
     holders(client, &format!("nm-{name}")).await
 }
 
-/// Who holds the places in line (`cordonAhead`) of NodeMaintenance `name`.
+/// Who holds the places in line of NodeMaintenance `name`.
 async fn place_holders(client: &kube::Client, name: &str) -> Vec<String> {
     holders(client, &format!("nm.ahead.{name}")).await
 }
@@ -439,6 +439,98 @@ async fn a_rolling_maintenance_cordons_the_next_node_ahead_and_no_more() {
         .collect();
     let uncordons = states.windows(2).filter(|w| w[0] && !w[1]).count();
     assert_eq!(uncordons, 1, "{next}: {states:?}");
+    for (_, a) in agents {
+        a.stop().await;
+    }
+}
+
+/// Seven nodes, three drain slots, no `cordonAhead`: while three nodes
+/// drain and wait for their reboot, the next ones wait in a short line for
+/// whichever slot frees first, schedulable and evicting nothing. Each node
+/// drains and reboots in turn, and the Node watch never sees more than the
+/// three slots' nodes unschedulable at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_next_in_line_stay_schedulable_without_cordon_ahead() {
+    let (sim, names) = pool(7).await;
+    let client = sim.client();
+    let Roll {
+        _kubectl,
+        watch,
+        mut agents,
+        uid,
+    } = start_roll(
+        &sim,
+        &names,
+        "line",
+        json!({"maxConcurrentDrains": 3, "waitForReboot": {"timeoutSeconds": 600}}),
+    )
+    .await;
+
+    let in_line = |agents: &HashMap<String, RunningAgent>| -> Vec<String> {
+        let mut v: Vec<String> = agents
+            .iter()
+            .filter(|(_, a)| {
+                a.progress
+                    .status()
+                    .waiting
+                    .is_some_and(|w| w.contains("next in line"))
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        v.sort();
+        v
+    };
+    eventually("three nodes drained and others next in line", || {
+        let drained = agents
+            .values()
+            .filter(|a| a.progress.status().phase == Phase::Drained)
+            .count();
+        let line = in_line(&agents);
+        let c = client.clone();
+        async move {
+            let mut places = place_holders(&c, "line").await;
+            places.sort();
+            drained == 3 && !line.is_empty() && places == line
+        }
+    })
+    .await;
+    let line = in_line(&agents);
+    let drained = slot_holders(&client, "line").await;
+    assert_eq!(drained.len(), 3, "{drained:?}");
+    let evicted = granted_evictions(&sim);
+    for n in &line {
+        assert!(!drained.contains(n), "{n} in line holds no slot");
+        assert!(
+            !unschedulable(&node(&client, n).await),
+            "{n} in line stays schedulable"
+        );
+        assert!(
+            evicted.iter().all(|p| !p.starts_with(&format!("{n}-"))),
+            "{n} in line evicted nothing yet: {evicted:?}"
+        );
+    }
+
+    let rebooted = reboot_each_in_turn(&sim, &names, &mut agents, &uid, "line", false).await;
+    assert_eq!(rebooted.len(), 7, "every node rebooted once: {rebooted:?}");
+    eventually("every node is uncordoned and nothing is held", || {
+        let (c, names) = (client.clone(), names.clone());
+        async move {
+            let mut all = slot_holders(&c, "line").await.is_empty()
+                && place_holders(&c, "line").await.is_empty();
+            for name in &names {
+                all &= !unschedulable(&node(&c, name).await);
+            }
+            all
+        }
+    })
+    .await;
+    assert_eq!(granted_evictions(&sim).len(), 14, "each node drained once");
+    let seen = watch.seen.lock().unwrap().clone();
+    assert_eq!(
+        most_unschedulable_at_once(&seen),
+        3,
+        "the three slots' nodes, never those in line"
+    );
     for (_, a) in agents {
         a.stop().await;
     }

@@ -222,7 +222,11 @@ impl Agent {
                     Box::pin(first_of(direct, now, queued, later))
                 }
                 (TurnWait::SlotAhead, _) => {
-                    let what = format!("{}, cordoned ahead of its turn", ask.what);
+                    let what = if ask.cordons_ahead() {
+                        format!("{}, cordoned ahead of its turn", ask.what)
+                    } else {
+                        format!("{}, next in line", ask.what)
+                    };
                     let w = self.slot_waiter(
                         slots.clone().any_slot(),
                         Some(what),

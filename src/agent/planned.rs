@@ -236,7 +236,7 @@ impl Reconciler {
                 looked,
             });
         }
-        if self.place.is_some() {
+        if self.place.is_some() && ask.cordons_ahead() {
             desired.cordoned_ahead()
         } else {
             desired.while_waiting()

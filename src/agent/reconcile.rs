@@ -49,8 +49,9 @@ pub(super) struct Reconciler {
     pub(super) slot: Option<(SlotAsk, SlotGuard)>,
     /// Waiting for a slot (see coordination's waiter), and for what.
     pub(super) slot_taking: Option<super::planned::SlotWait>,
-    /// The place in line this node holds before its drain slot
-    /// (`cordonAhead`): it is cordoned ahead of its turn meanwhile.
+    /// The place in line this node holds before its drain slot (see
+    /// `SlotAsk::line`): with `cordonAhead`, it is cordoned ahead of its
+    /// turn meanwhile.
     pub(super) place: Option<(SlotAsk, SlotGuard)>,
     medik8s_release: Option<JoinHandle<bool>>,
     release_retry: Option<Instant>,

@@ -585,12 +585,27 @@ mod tests {
         assert_eq!(
             limited.slot_asks[0].line(),
             None,
-            "no line without cordonAhead"
+            "no line with two slots and no cordonAhead: each node watches both"
         );
+        // More slots: a short line whose nodes are not cordoned.
+        for (slots, places) in [(3, 3), (40, 10)] {
+            let ask = request(json!({"maxConcurrentDrains": slots})).slot_asks[0].clone();
+            let line = ask.line().expect("a line");
+            assert_eq!((line.group.as_str(), line.max), ("nm.ahead.m", places));
+            assert!(!ask.cordons_ahead());
+            assert!(
+                line.what.contains(&format!(
+                    "the next {places} nodes take whichever slot frees first"
+                )),
+                "{}",
+                line.what
+            );
+        }
         // With cordonAhead, a line of its own beside the drain slots.
         let ahead = request(json!({"maxConcurrentDrains": 2, "cordonAhead": 3}));
         let line = ahead.slot_asks[0].line().expect("a line");
         assert_eq!((line.group.as_str(), line.max), ("nm.ahead.m", 3));
+        assert!(ahead.slot_asks[0].cordons_ahead());
         assert!(line.release_when_drained && line.line().is_none());
         assert!(
             line.what

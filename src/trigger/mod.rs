@@ -72,24 +72,58 @@ impl SlotAsk {
     /// The places in line before this drain slot, when there is a line: a
     /// group of its own beside the slots' (`nm.ahead.<name>` beside
     /// `nm-<name>`: no object name makes one the other).
+    ///
+    /// With `cordonAhead`, its places are the nodes cordoned ahead of
+    /// their turn. Without it, a NodeMaintenance with more than two drain
+    /// slots still has a short line, of [`LINE_WITHOUT_CORDON`] places at
+    /// most, whose nodes stay schedulable: each waiting node watches only
+    /// two of the slots (see `RebootSlots::candidates`), so without a line
+    /// the last nodes queue behind the slots they were dealt while others
+    /// stand empty; the few nodes in line take whichever slot frees first.
     pub fn line(&self) -> Option<SlotAsk> {
-        if self.ahead == 0 {
+        let name = self.group.strip_prefix("nm-")?;
+        let (max, what) = if self.ahead > 0 {
+            (
+                self.ahead,
+                format!(
+                    "a place in line for {} ({} nodes are cordoned ahead of their turn)",
+                    self.what, self.ahead
+                ),
+            )
+        } else if self.max > 2 {
+            let max = self.max.min(LINE_WITHOUT_CORDON);
+            (
+                max,
+                format!(
+                    "a place in line for {} (the next {max} nodes take whichever slot frees first)",
+                    self.what
+                ),
+            )
+        } else {
             return None;
-        }
-        let name = self.group.strip_prefix("nm-").unwrap_or(&self.group);
+        };
         Some(SlotAsk {
             group: format!("{AHEAD_PREFIX}{name}"),
-            max: self.ahead,
+            max,
             release_when_drained: true,
             turn: None,
-            what: format!(
-                "a place in line for {} ({} nodes are cordoned ahead of their turn)",
-                self.what, self.ahead
-            ),
+            what,
             ahead: 0,
         })
     }
+
+    /// Whether a node holding a place in line before this slot is
+    /// cordoned meanwhile (`cordonAhead`).
+    pub fn cordons_ahead(&self) -> bool {
+        self.ahead > 0
+    }
 }
+
+/// The most places in line before a NodeMaintenance's drain slots when it
+/// sets no `cordonAhead`: enough that a slot which frees finds a node
+/// ready for it, few enough that only a handful of nodes race for it and
+/// watch every slot of the group.
+pub const LINE_WITHOUT_CORDON: u32 = 10;
 
 /// How the groups of places in line begin (see [`SlotAsk::line`]).
 pub const AHEAD_PREFIX: &str = "nm.ahead.";
