@@ -210,14 +210,18 @@ impl Agent {
         let place = wait == TurnWait::Place && line.is_some();
         let waiter: std::pin::Pin<Box<dyn std::future::Future<Output = Option<Taken>> + Send>> =
             match (wait, &line) {
-                // Not cordoned yet: a slot free now is taken at once, after
-                // the nodes cordoned ahead had their try; otherwise a place
-                // in line. Only the place's wait speaks in the status.
+                // Not in line yet: a slot free now is taken at once, after
+                // the nodes in line had their try; otherwise a place in
+                // line. Only the place's wait speaks in the status.
                 (TurnWait::Place, Some(places)) => {
                     let (now, later) = (cancel.child_token(), cancel.child_token());
                     let what = ask.line().map(|l| l.what).unwrap_or_default();
-                    let direct =
-                        self.slot_waiter(slots.clone().behind_line(), None, stop, now.clone());
+                    let direct = self.slot_waiter(
+                        slots.clone().behind_line(places.size()),
+                        None,
+                        stop,
+                        now.clone(),
+                    );
                     let queued = self.slot_waiter(places.clone(), Some(what), stop, later.clone());
                     Box::pin(first_of(direct, now, queued, later))
                 }
@@ -228,7 +232,9 @@ impl Agent {
                         format!("{}, next in line", ask.what)
                     };
                     let w = self.slot_waiter(
-                        slots.clone().any_slot(),
+                        slots
+                            .clone()
+                            .any_slot(line.as_ref().map_or(0, RebootSlots::size)),
                         Some(what),
                         stop,
                         cancel.clone(),

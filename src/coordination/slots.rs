@@ -35,9 +35,11 @@ pub struct RebootSlots {
     /// Every slot of the group is a candidate, not two (see
     /// [`Self::any_slot`]).
     any: bool,
-    /// Nodes cordoned ahead wait for these slots too, and go first (see
+    /// Nodes in line wait for these slots too, and go first (see
     /// [`Self::behind_line`]).
     behind: bool,
+    /// How many places the line before these slots has (0: no line).
+    line: u32,
     local: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -61,6 +63,7 @@ impl RebootSlots {
             boot_id: None,
             any: false,
             behind: false,
+            line: 0,
             local: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
@@ -93,12 +96,12 @@ impl RebootSlots {
     }
 
     /// Slots of which `node` may take any, not only its two candidates:
-    /// for the few nodes cordoned ahead of their turn, which must take
-    /// whichever slot frees first. They are read with one LIST and
-    /// watched with one watch of the group's label (see
-    /// [`Self::watch_selectors`]).
-    pub fn any_slot(mut self) -> Self {
+    /// for a node holding one of the `line` places in line, which takes
+    /// whichever slot frees first. The free ones are watched with one
+    /// watch of the group's label (see [`Self::watch_selectors`]).
+    pub fn any_slot(mut self, line: u32) -> Self {
         self.any = true;
+        self.line = line;
         self
     }
 
@@ -107,30 +110,44 @@ impl RebootSlots {
         self.any
     }
 
-    /// Slots that nodes cordoned ahead of their turn wait for too: this
-    /// node lets them try a slot that frees first (see the waiter's
-    /// pauses).
-    pub fn behind_line(mut self) -> Self {
+    /// Slots that the nodes holding the `line` places in line wait for
+    /// too: this node lets them try a slot that frees first (see the
+    /// waiter's pauses).
+    pub fn behind_line(mut self, line: u32) -> Self {
         self.behind = true;
+        self.line = line;
         self
     }
 
-    /// Whether this node lets nodes cordoned ahead go first.
+    /// Whether this node lets the nodes in line go first.
     pub fn yields(&self) -> bool {
         self.behind
     }
 
+    /// How many places the line before these slots has (0: no line).
+    pub fn line_size(&self) -> u32 {
+        self.line
+    }
+
     /// How a watch sees `node`'s candidate slots: one watch per field
-    /// selector (a slot's name) or, for [`Self::any_slot`], one watch of
-    /// the group's label.
+    /// selector (a slot's name). For [`Self::any_slot`], one more watch of
+    /// the group's free slots (its label, without a holder's): a slot
+    /// enters that watch when it is given back and leaves it when taken,
+    /// so a node in line hears of each slot's turns, not of its renewals,
+    /// and starts from the few slots free, not from every slot. Its two
+    /// candidates by name show what the free slots' watch cannot: a slot
+    /// not created yet, and a hold that lapsed.
     pub fn watch_selectors(&self, node: &str) -> Vec<(Option<String>, Option<String>)> {
-        if self.any {
-            return vec![(None, Some(self.group_selector()))];
-        }
-        self.candidates(node)
+        let mut selectors: Vec<_> = self
+            .candidates(node)
             .into_iter()
             .map(|i| (Some(format!("metadata.name={}", self.slot_name(i))), None))
-            .collect()
+            .collect();
+        if self.any {
+            let free = format!("{},!{}", self.group_selector(), lease::HOLDER_LABEL);
+            selectors.push((None, Some(free)));
+        }
+        selectors
     }
 
     fn group_selector(&self) -> String {
@@ -194,6 +211,11 @@ impl RebootSlots {
         }))
     }
 
+    /// How many slots the group has.
+    pub fn size(&self) -> u32 {
+        self.max_holders
+    }
+
     /// The group these slots belong to.
     pub fn group(&self) -> &str {
         &self.group
@@ -241,16 +263,15 @@ impl RebootSlots {
         lease::slot_name(&self.group, index)
     }
 
-    /// `node`'s candidate slots with their Leases among `leases` (None: not
-    /// created yet). For [`Self::any_slot`], every slot of the group among
-    /// `leases`, and the first one not created yet, if any.
+    /// `node`'s candidate slots with their Leases among `leases`, what its
+    /// watches show (None: not created yet). For [`Self::any_slot`], also
+    /// every other slot of the group among `leases`: the free ones, as
+    /// the watches show only those besides the candidates.
     pub fn slots_among(&self, node: &str, leases: &[Lease]) -> Vec<(String, Option<Lease>)> {
-        if self.any {
-            return self.all_among(leases);
-        }
-        self.candidates(node)
-            .into_iter()
-            .map(|i| {
+        let candidates = self.candidates(node);
+        let mut out: Vec<(String, Option<Lease>)> = candidates
+            .iter()
+            .map(|&i| {
                 let name = lease::slot_name(&self.group, i);
                 let found = leases
                     .iter()
@@ -258,7 +279,17 @@ impl RebootSlots {
                     .cloned();
                 (name, found)
             })
-            .collect()
+            .collect();
+        if self.any {
+            let others = self.all_among(leases).into_iter().filter(|(name, l)| {
+                l.is_some()
+                    && self
+                        .index_of(name)
+                        .is_some_and(|i| !candidates.contains(&i))
+            });
+            out.extend(others);
+        }
+        out
     }
 
     fn all_among(&self, leases: &[Lease]) -> Vec<(String, Option<Lease>)> {

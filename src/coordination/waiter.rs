@@ -22,11 +22,15 @@ use crate::index::{Backoff, Index, WatchGuard, WatchTarget, sleep_until};
 /// The longest random pause before trying a slot the watch shows open.
 const MAX_PAUSE: Duration = Duration::from_secs(2);
 
-/// The same pause for a node cordoned ahead of its turn, which may take
-/// any slot: only the few nodes cordoned ahead race for a slot that frees,
-/// and each of them waits, cordoned, for it. A long pause there would
-/// leave the slot empty for most of it.
-const MAX_PAUSE_AHEAD: Duration = Duration::from_millis(250);
+/// The same pause for a node in line, which may take any slot: only the
+/// nodes in line race for a slot that frees, and a long pause would leave
+/// the slot empty for most of it. It grows with the line, 10 ms a place
+/// (50 ms to 1 s): the first of them then tries as soon whatever the
+/// line's length, and about as few try before they see the slot taken.
+fn max_pause_ahead(slots: &RebootSlots) -> Duration {
+    (Duration::from_millis(10) * slots.line_size())
+        .clamp(Duration::from_millis(50), Duration::from_secs(1))
+}
 
 /// How long a control-plane node blocked by the quorum guard waits before
 /// it looks again (node readiness is not what this watch sees).
@@ -88,6 +92,14 @@ fn expires_at(l: &Lease) -> Option<Timestamp> {
 /// What the waiting is about, for the status: "waiting for a slot of group
 /// g: held by a, b".
 fn waiting_message(slots: &RebootSlots, what: &str, holders: &[Holder]) -> String {
+    if slots.takes_any() {
+        // Its watches show the free slots, not every holder.
+        return format!(
+            "waiting for {what} (slot group {:?}): none of its {} slots is free",
+            slots.group(),
+            slots.size()
+        );
+    }
     let mut names: Vec<&str> = holders.iter().map(|h| h.holder.as_str()).collect();
     names.sort_unstable();
     let shown = names
@@ -164,13 +176,12 @@ pub async fn wait_for_slot(
         if ready && view.open {
             // A random pause: of the nodes that saw the slot open, most
             // see it taken by the first before their own pause ends.
-            // Nodes cordoned ahead of their turn go first: their pause is
-            // short, and a node behind them waits out the longest of it
-            // before its own.
+            // Nodes in line go first: their pause is short, and a node
+            // behind them waits out the longest of it before its own.
             let pause = if slots.takes_any() {
-                MAX_PAUSE_AHEAD.mul_f64(rand::random::<f64>())
+                max_pause_ahead(&slots).mul_f64(rand::random::<f64>())
             } else if slots.yields() {
-                MAX_PAUSE_AHEAD + MAX_PAUSE.mul_f64(rand::random::<f64>())
+                max_pause_ahead(&slots) + MAX_PAUSE.mul_f64(rand::random::<f64>())
             } else {
                 MAX_PAUSE.mul_f64(rand::random::<f64>())
             };
@@ -348,38 +359,54 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_node_cordoned_ahead_may_take_any_slot_of_its_group() {
+    async fn a_node_in_line_may_take_any_slot_of_its_group() {
         let now: Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
         let fresh = "2026-01-01T00:59:00Z";
-        let s = slots(3).any_slot();
-        // One watch of the group's label, not one per slot.
+        let stale = "2026-01-01T00:50:00Z";
+        let s = slots(5).any_slot(5);
+        let c = s.candidates("n");
+        let other = (0..5).find(|i| !c.contains(i)).unwrap();
+        // Its two candidates by name, and one watch of the group's free
+        // slots (no holder label): not one watch per slot.
+        let selectors = s.watch_selectors("n");
+        assert_eq!(selectors.len(), 3);
         assert_eq!(
-            s.watch_selectors("n"),
-            [(None, Some("maintd.io/reboot-group=g".to_string()))]
+            selectors[2],
+            (
+                None,
+                Some("maintd.io/reboot-group=g,!maintd.io/reboot-holder".to_string())
+            )
         );
-        // Two of three held: the third, never created, is open.
-        let two = [held(0, "a", fresh), held(1, "b", fresh)];
-        let v = availability(&s, &two, "n", now);
-        assert!(v.open);
+        // Its candidates held and nothing else shown: the other slots are
+        // held too, since the free slots' watch shows none.
+        let both = [held(c[0], "a", fresh), held(c[1], "b", fresh)];
+        let v = availability(&s, &both, "n", now);
+        assert!(!v.open);
         assert_eq!(v.holders.len(), 2);
-        // All three held: closed, whichever two a hash would have picked.
-        let mut all = two.to_vec();
-        all.push(held(2, "c", fresh));
-        assert!(!availability(&s, &all, "n", now).open);
+        // Another slot given back shows in the free slots' watch: open.
+        let mut free = held(other, "", fresh);
+        free.spec.as_mut().unwrap().holder_identity = None;
+        let mut seen = both.to_vec();
+        seen.push(free.clone());
+        assert!(availability(&s, &seen, "n", now).open);
+        // A candidate never created, or whose hold lapsed, is open.
+        assert!(availability(&s, &both[..1], "n", now).open);
+        assert!(availability(&s, &[both[0].clone(), held(c[1], "b", stale)], "n", now).open);
         // Leases of another group whose name starts the same, or past the
         // group's size, are not its slots.
-        let mut other = held(2, "c", fresh);
-        other.metadata.name = Some(lease::slot_name("g-1", 2));
-        let beyond = held(7, "d", fresh);
-        let v = availability(
-            &s,
-            &[two[0].clone(), two[1].clone(), other, beyond],
-            "n",
-            now,
+        let mut elsewhere = free.clone();
+        elsewhere.metadata.name = Some(lease::slot_name("g-1", other));
+        let mut beyond = free;
+        beyond.metadata.name = Some(lease::slot_name("g", 7));
+        let mut seen = both.to_vec();
+        seen.extend([elsewhere, beyond]);
+        assert!(!availability(&s, &seen, "n", now).open);
+        // Its status says no slot is free, not who holds the two it sees.
+        assert_eq!(
+            waiting_message(&s, "a drain slot, next in line", &v.holders),
+            "waiting for a drain slot, next in line (slot group \"g\"): none of its 5 slots is free"
         );
-        assert!(v.open, "slot 2 is still free");
-        assert_eq!(v.holders.len(), 2);
-        // Without it, a node watches its two candidates by name.
+        // Without it, a node watches its two candidates by name alone.
         let plain = slots(3).watch_selectors("n");
         assert_eq!(plain.len(), 2);
         assert!(plain.iter().all(|(f, l)| {

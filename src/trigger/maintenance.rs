@@ -587,8 +587,9 @@ mod tests {
             None,
             "no line with two slots and no cordonAhead: each node watches both"
         );
-        // More slots: a short line whose nodes are not cordoned.
-        for (slots, places) in [(3, 3), (40, 10)] {
+        // More slots: a line, a place a slot up to 100, whose nodes are
+        // not cordoned.
+        for (slots, places) in [(3, 3), (40, 40), (500, 100)] {
             let ask = request(json!({"maxConcurrentDrains": slots})).slot_asks[0].clone();
             let line = ask.line().expect("a line");
             assert_eq!((line.group.as_str(), line.max), ("nm.ahead.m", places));

@@ -75,11 +75,12 @@ impl SlotAsk {
     ///
     /// With `cordonAhead`, its places are the nodes cordoned ahead of
     /// their turn. Without it, a NodeMaintenance with more than two drain
-    /// slots still has a short line, of [`LINE_WITHOUT_CORDON`] places at
-    /// most, whose nodes stay schedulable: each waiting node watches only
-    /// two of the slots (see `RebootSlots::candidates`), so without a line
-    /// the last nodes queue behind the slots they were dealt while others
-    /// stand empty; the few nodes in line take whichever slot frees first.
+    /// slots still has a line, as many places as slots up to
+    /// [`LINE_WITHOUT_CORDON`], whose nodes stay schedulable: each
+    /// waiting node watches only two of the slots (see
+    /// `RebootSlots::candidates`), so without a line the last nodes queue
+    /// behind the slots they were dealt while others stand empty; the
+    /// nodes in line take whichever slot frees first.
     pub fn line(&self) -> Option<SlotAsk> {
         let name = self.group.strip_prefix("nm-")?;
         let (max, what) = if self.ahead > 0 {
@@ -120,10 +121,12 @@ impl SlotAsk {
 }
 
 /// The most places in line before a NodeMaintenance's drain slots when it
-/// sets no `cordonAhead`: enough that a slot which frees finds a node
-/// ready for it, few enough that only a handful of nodes race for it and
-/// watch every slot of the group.
-pub const LINE_WITHOUT_CORDON: u32 = 10;
+/// sets no `cordonAhead`; there are as many as slots up to this. Each
+/// waiting node watches two places, so fewer places would mean more
+/// watchers per place, every one of them woken as its place changes
+/// hands; each node in line hears of every slot's turns for as long as it
+/// stays there, so more places would mean longer stays.
+pub const LINE_WITHOUT_CORDON: u32 = 100;
 
 /// How the groups of places in line begin (see [`SlotAsk::line`]).
 pub const AHEAD_PREFIX: &str = "nm.ahead.";

@@ -24,6 +24,10 @@ impl Gr {
     pub fn pods() -> Self {
         Gr::new("", "pods")
     }
+    /// Whether this is the core pods resource.
+    pub fn is_pods(&self) -> bool {
+        self.group.is_empty() && self.plural == "pods"
+    }
     pub fn nodes() -> Self {
         Gr::new("", "nodes")
     }

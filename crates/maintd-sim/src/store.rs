@@ -251,7 +251,7 @@ impl Store {
                 .or_default()
                 .insert((gr.clone(), key.clone()));
         }
-        if !(gr.group.is_empty() && gr.plural == "pods") {
+        if !gr.is_pods() {
             return;
         }
         let node = |o: Option<&Value>| o.and_then(bound_node).map(str::to_string);
@@ -304,7 +304,7 @@ impl Store {
             Route::Resource(ev.gr.clone()),
             Route::Name(ev.gr.clone(), name(&ev.object)),
         ];
-        if ev.gr.group.is_empty() && ev.gr.plural == "pods" {
+        if ev.gr.is_pods() {
             for obj in std::iter::once(&ev.object).chain(ev.prev.as_ref()) {
                 if let Some(node) = bound_node(obj) {
                     let route = Route::PodsOn(node.to_string());

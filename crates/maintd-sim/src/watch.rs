@@ -101,7 +101,7 @@ pub fn route_for(gr: &Gr, fields: &FieldSelector) -> Route {
     if let Some(name) = fields.equal_to("metadata.name") {
         return Route::Name(gr.clone(), name.to_string());
     }
-    if *gr == Gr::pods()
+    if gr.is_pods()
         && let Some(node) = fields.equal_to("spec.nodeName").filter(|n| !n.is_empty())
     {
         return Route::PodsOn(node.to_string());
