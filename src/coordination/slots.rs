@@ -258,6 +258,35 @@ impl RebootSlots {
         vec![first, second]
     }
 
+    /// The slots a node in line (see [`Self::any_slot`]) goes for first:
+    /// its two candidates and more by the same hash, [`NEAR`] in all (or
+    /// every slot of a smaller group). With a place in line per slot, a
+    /// slot that frees is near about [`NEAR`] nodes in line, and only they
+    /// race for it at once; the others try it a moment later, if it is
+    /// still free (no node near it in line).
+    pub fn near(&self, node: &str) -> Vec<u32> {
+        let want = self.max_holders.min(NEAR) as usize;
+        let mut near = self.candidates(node);
+        let mut seed = 2u8;
+        while near.len() < want && seed < u8::MAX {
+            let i = (fnv1a(node.as_bytes(), seed) % u64::from(self.max_holders)) as u32;
+            if !near.contains(&i) {
+                near.push(i);
+            }
+            seed += 1;
+        }
+        // Hashes that kept landing on slots already picked: the next ones
+        // in order.
+        let mut i = 0;
+        while near.len() < want {
+            if !near.contains(&i) {
+                near.push(i);
+            }
+            i += 1;
+        }
+        near
+    }
+
     /// The name of slot `index`.
     pub fn slot_name(&self, index: u32) -> String {
         lease::slot_name(&self.group, index)
@@ -281,15 +310,29 @@ impl RebootSlots {
             })
             .collect();
         if self.any {
-            let others = self.all_among(leases).into_iter().filter(|(name, l)| {
-                l.is_some()
-                    && self
-                        .index_of(name)
-                        .is_some_and(|i| !candidates.contains(&i))
-            });
-            out.extend(others);
+            // The near ones first: they are the ones tried first.
+            let near = self.near(node);
+            let mut others: Vec<(bool, String, Option<Lease>)> = self
+                .all_among(leases)
+                .into_iter()
+                .filter_map(|(name, l)| {
+                    let i = self.index_of(&name)?;
+                    (l.is_some() && !candidates.contains(&i)).then(|| (!near.contains(&i), name, l))
+                })
+                .collect();
+            others.sort_by_key(|(far, _, _)| *far);
+            out.extend(others.into_iter().map(|(_, name, l)| (name, l)));
         }
         out
+    }
+
+    /// Whether slot `name` is one `node` goes for first (see
+    /// [`Self::near`]); every slot it may take is, when not in line.
+    pub fn is_near(&self, node: &str, name: &str) -> bool {
+        !self.any
+            || self
+                .index_of(name)
+                .is_some_and(|i| self.near(node).contains(&i))
     }
 
     fn all_among(&self, leases: &[Lease]) -> Vec<(String, Option<Lease>)> {
@@ -667,6 +710,10 @@ pub async fn groups_held_by(
 
 /// FNV-1a of `bytes` after a `seed` byte: a hash every agent computes the
 /// same, whatever its build (the standard library's may change).
+/// How many slots a node in line goes for first (see
+/// [`RebootSlots::near`]).
+pub const NEAR: u32 = 10;
+
 fn fnv1a(bytes: &[u8], seed: u8) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in std::iter::once(seed).chain(bytes.iter().copied()) {

@@ -22,14 +22,17 @@ use crate::index::{Backoff, Index, WatchGuard, WatchTarget, sleep_until};
 /// The longest random pause before trying a slot the watch shows open.
 const MAX_PAUSE: Duration = Duration::from_secs(2);
 
-/// The same pause for a node in line, which may take any slot: only the
-/// nodes in line race for a slot that frees, and a long pause would leave
-/// the slot empty for most of it. It grows with the line, 10 ms a place
-/// (50 ms to 1 s): the first of them then tries as soon whatever the
-/// line's length, and about as few try before they see the slot taken.
+/// The same pause for a node in line, for a slot near it (see
+/// [`RebootSlots::near`]): only the nodes in line near a slot race for it
+/// when it frees, and a long pause would leave it empty for most of it.
+/// 10 ms for each node in line near a slot (50 ms to 1 s): the first of
+/// them tries as soon however many they are, and about as few try before
+/// they see the slot taken. A node in line tries a slot not near it after
+/// this pause, and a node not in line after twice this.
 fn max_pause_ahead(slots: &RebootSlots) -> Duration {
-    (Duration::from_millis(10) * slots.line_size())
-        .clamp(Duration::from_millis(50), Duration::from_secs(1))
+    let near = slots.size().min(super::slots::NEAR);
+    let racers = (slots.line_size() * near).div_ceil(slots.size().max(1));
+    (Duration::from_millis(10) * racers).clamp(Duration::from_millis(50), Duration::from_secs(1))
 }
 
 /// How long a control-plane node blocked by the quorum guard waits before
@@ -42,6 +45,9 @@ pub struct Availability {
     /// `node` may try now: it holds a slot already (after a restart), or a
     /// slot is free, expired or not created yet.
     pub open: bool,
+    /// One of those is a slot `node` goes for first (see
+    /// [`RebootSlots::near`]).
+    pub near_open: bool,
     /// Who holds the slots (unexpired holds).
     pub holders: Vec<Holder>,
     /// When the first of those holds expires if it is not renewed.
@@ -56,26 +62,35 @@ pub fn availability(
     now: Timestamp,
 ) -> Availability {
     let mut open = false;
+    let mut near_open = false;
     let mut holders = Vec::new();
     let mut next_expiry: Option<Timestamp> = None;
     for (slot, l) in slots.slots_among(node, leases) {
-        let Some(l) = l else {
-            open = true;
-            continue;
-        };
-        match lease::slot_state(&l, now) {
-            SlotState::Free | SlotState::Held { expired: true, .. } => open = true,
-            SlotState::Held { holder, .. } if holder == node => open = true,
-            SlotState::Held { holder, .. } => {
-                if let Some(at) = expires_at(&l) {
+        // Held by another node, unexpired; otherwise open (not created
+        // yet, free, lapsed, or already ours after a restart).
+        let other = l.as_ref().and_then(|l| match lease::slot_state(l, now) {
+            SlotState::Held {
+                holder,
+                expired: false,
+            } if holder != node => Some((holder, expires_at(l))),
+            _ => None,
+        });
+        match other {
+            Some((holder, expiry)) => {
+                if let Some(at) = expiry {
                     next_expiry = Some(next_expiry.map_or(at, |n| n.min(at)));
                 }
                 holders.push(Holder { holder, slot });
+            }
+            None => {
+                open = true;
+                near_open |= slots.is_near(node, &slot);
             }
         }
     }
     Availability {
         open,
+        near_open,
         holders,
         next_expiry,
     }
@@ -178,10 +193,13 @@ pub async fn wait_for_slot(
             // see it taken by the first before their own pause ends.
             // Nodes in line go first: their pause is short, and a node
             // behind them waits out the longest of it before its own.
-            let pause = if slots.takes_any() {
-                max_pause_ahead(&slots).mul_f64(rand::random::<f64>())
+            let ahead = max_pause_ahead(&slots);
+            let pause = if slots.takes_any() && view.near_open {
+                ahead.mul_f64(rand::random::<f64>())
+            } else if slots.takes_any() {
+                ahead + ahead.mul_f64(rand::random::<f64>())
             } else if slots.yields() {
-                max_pause_ahead(&slots) + MAX_PAUSE.mul_f64(rand::random::<f64>())
+                ahead * 2 + MAX_PAUSE.mul_f64(rand::random::<f64>())
             } else {
                 MAX_PAUSE.mul_f64(rand::random::<f64>())
             };
@@ -389,6 +407,8 @@ mod tests {
         let mut seen = both.to_vec();
         seen.push(free.clone());
         assert!(availability(&s, &seen, "n", now).open);
+        let v = availability(&s, &seen, "n", now);
+        assert!(v.open && v.near_open, "five slots: every one is near");
         // A candidate never created, or whose hold lapsed, is open.
         assert!(availability(&s, &both[..1], "n", now).open);
         assert!(availability(&s, &[both[0].clone(), held(c[1], "b", stale)], "n", now).open);
@@ -414,6 +434,59 @@ mod tests {
                 .is_some_and(|f| f.starts_with("metadata.name=maintd-reboot-g-"))
                 && l.is_none()
         }));
+    }
+
+    #[tokio::test]
+    async fn a_node_in_line_goes_first_for_ten_slots_and_each_slot_has_about_ten() {
+        let now: Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+        let s = slots(100).any_slot(100);
+        let mut per_slot = [0u32; 100];
+        for i in 0..100 {
+            let node = format!("node-{i:05}");
+            let near = s.near(&node);
+            assert_eq!(near.len(), 10);
+            assert_eq!(near[..2], s.candidates(&node)[..], "its candidates first");
+            let mut distinct = near.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            assert_eq!(distinct.len(), 10, "{near:?}");
+            assert_eq!(near, s.near(&node), "the same on every call");
+            for i in near {
+                per_slot[i as usize] += 1;
+            }
+        }
+        // A hundred nodes in line, ten slots each: about ten race for a
+        // slot that frees, none far more; every slot is near someone.
+        let (lo, hi) = (
+            per_slot.iter().min().unwrap(),
+            per_slot.iter().max().unwrap(),
+        );
+        assert!(*lo >= 1 && *hi <= 25, "{lo}..{hi}");
+        // A free slot near it lets it try at once; one that is not near
+        // it is open too, tried after the nodes near it.
+        let near = s.near("n");
+        let far = (0..100).find(|i| !near.contains(i)).unwrap();
+        let free = |i: u32| {
+            let mut l = held(i, "", "2026-01-01T00:59:00Z");
+            l.spec.as_mut().unwrap().holder_identity = None;
+            l
+        };
+        let fresh = "2026-01-01T00:59:00Z";
+        let with = |l: Lease| [held(near[0], "a", fresh), held(near[1], "b", fresh), l];
+        let v = availability(&s, &with(free(near[5])), "n", now);
+        assert!(v.open && v.near_open);
+        let v = availability(&s, &with(free(far)), "n", now);
+        assert!(v.open && !v.near_open);
+        // Tried in that order: its candidates, near slots, then the rest.
+        let order: Vec<String> = s
+            .slots_among("n", &[free(far), free(near[5])])
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(
+            order,
+            [near[0], near[1], near[5], far].map(|i| lease::slot_name("g", i))
+        );
     }
 
     #[tokio::test]
