@@ -498,8 +498,10 @@ impl RebootSlots {
                 Ok(_) => return Ok(Some(Acquisition::Acquired(name))),
                 // Someone else created or changed this slot first: it is
                 // theirs; try the next one.
+                // A node in line says no holders: it reads none.
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    if let Ok((_, Some(now_lease))) = self.read_slot(&name).await
+                    if !self.any
+                        && let Ok((_, Some(now_lease))) = self.read_slot(&name).await
                         && let SlotState::Held { holder, .. } =
                             lease::slot_state(&now_lease, Timestamp::now())
                     {

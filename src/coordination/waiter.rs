@@ -25,14 +25,14 @@ const MAX_PAUSE: Duration = Duration::from_secs(2);
 /// The same pause for a node in line, for a slot near it (see
 /// [`RebootSlots::near`]): only the nodes in line near a slot race for it
 /// when it frees, and a long pause would leave it empty for most of it.
-/// 10 ms for each node in line near a slot (50 ms to 1 s): the first of
+/// 25 ms for each node in line near a slot (50 ms to 1 s): the first of
 /// them tries as soon however many they are, and about as few try before
 /// they see the slot taken. A node in line tries a slot not near it after
 /// this pause, and a node not in line after twice this.
 fn max_pause_ahead(slots: &RebootSlots) -> Duration {
     let near = slots.size().min(super::slots::NEAR);
     let racers = (slots.line_size() * near).div_ceil(slots.size().max(1));
-    (Duration::from_millis(10) * racers).clamp(Duration::from_millis(50), Duration::from_secs(1))
+    (Duration::from_millis(25) * racers).clamp(Duration::from_millis(50), Duration::from_secs(1))
 }
 
 /// How long a control-plane node blocked by the quorum guard waits before
@@ -206,10 +206,20 @@ pub async fn wait_for_slot(
             if sleep_or_stop(pause, &cancel).await {
                 return None;
             }
-            let seen = leases(&views);
+            let mut seen = leases(&views);
             let now_view = availability(&slots, &seen, &node, Timestamp::now());
-            if !now_view.open {
+            // A pause for the slots near it does not let it try the others:
+            // the nodes they are near go first.
+            if !now_view.open || (view.near_open && !now_view.near_open) {
                 continue;
+            }
+            if now_view.near_open {
+                seen.retain(|l| {
+                    l.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| slots.is_near(&node, n))
+                });
             }
             // Not raced against a timeout or the cancel: a write that took
             // the slot must come back as a guard (each call is bounded by
