@@ -242,6 +242,45 @@ async fn reboot_each_in_turn(
     }
 }
 
+/// The rest of rollout `name` (uid `uid`): each node rebooted in turn, its
+/// agent running on; then every node uncordoned, no slot or place in line
+/// held, and each node drained once (its two pods evicted). Returns what
+/// kubectl's Node watch saw.
+async fn finish_roll(
+    sim: &SimCluster,
+    names: &[String],
+    agents: &mut HashMap<String, RunningAgent>,
+    watch: &common::kubectl::KubectlWatch,
+    uid: &str,
+    name: &str,
+) -> Vec<Value> {
+    let client = sim.client();
+    let rebooted = reboot_each_in_turn(sim, names, agents, uid, name, false).await;
+    assert_eq!(
+        rebooted.len(),
+        names.len(),
+        "every node rebooted once: {rebooted:?}"
+    );
+    eventually("every node is uncordoned and nothing is held", || {
+        let (c, names, name) = (client.clone(), names.to_vec(), name.to_string());
+        async move {
+            let mut all = slot_holders(&c, &name).await.is_empty()
+                && place_holders(&c, &name).await.is_empty();
+            for n in &names {
+                all &= !unschedulable(&node(&c, n).await);
+            }
+            all
+        }
+    })
+    .await;
+    assert_eq!(
+        granted_evictions(sim).len(),
+        2 * names.len(),
+        "each node drained once"
+    );
+    watch.seen.lock().unwrap().clone()
+}
+
 /// Eight nodes, two slots: each node is cordoned as it takes a slot, is
 /// drained, waits for its reboot, and is uncordoned before the slot goes
 /// on; the Node watch never sees more than two unschedulable. Half the
@@ -409,22 +448,7 @@ async fn a_rolling_maintenance_cordons_the_next_node_ahead_and_no_more() {
     })
     .await;
 
-    let rebooted = reboot_each_in_turn(&sim, &names, &mut agents, &uid, "ahead", false).await;
-    assert_eq!(rebooted.len(), 6, "every node rebooted once: {rebooted:?}");
-    eventually("every node is uncordoned and nothing is held", || {
-        let (c, names) = (client.clone(), names.clone());
-        async move {
-            let mut all = slot_holders(&c, "ahead").await.is_empty()
-                && place_holders(&c, "ahead").await.is_empty();
-            for name in &names {
-                all &= !unschedulable(&node(&c, name).await);
-            }
-            all
-        }
-    })
-    .await;
-    assert_eq!(granted_evictions(&sim).len(), 12, "each node drained once");
-    let seen = watch.seen.lock().unwrap().clone();
+    let seen = finish_roll(&sim, &names, &mut agents, &watch, &uid, "ahead").await;
     assert_eq!(
         most_unschedulable_at_once(&seen),
         3,
@@ -510,22 +534,7 @@ async fn nodes_next_in_line_stay_schedulable_without_cordon_ahead() {
         );
     }
 
-    let rebooted = reboot_each_in_turn(&sim, &names, &mut agents, &uid, "line", false).await;
-    assert_eq!(rebooted.len(), 7, "every node rebooted once: {rebooted:?}");
-    eventually("every node is uncordoned and nothing is held", || {
-        let (c, names) = (client.clone(), names.clone());
-        async move {
-            let mut all = slot_holders(&c, "line").await.is_empty()
-                && place_holders(&c, "line").await.is_empty();
-            for name in &names {
-                all &= !unschedulable(&node(&c, name).await);
-            }
-            all
-        }
-    })
-    .await;
-    assert_eq!(granted_evictions(&sim).len(), 14, "each node drained once");
-    let seen = watch.seen.lock().unwrap().clone();
+    let seen = finish_roll(&sim, &names, &mut agents, &watch, &uid, "line").await;
     assert_eq!(
         most_unschedulable_at_once(&seen),
         3,
