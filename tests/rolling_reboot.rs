@@ -469,7 +469,7 @@ async fn a_rolling_maintenance_cordons_the_next_node_ahead_and_no_more() {
 }
 
 /// Seven nodes, three drain slots, no `cordonAhead`: while three nodes
-/// drain and wait for their reboot, the next ones wait in a short line for
+/// drain and wait for their reboot, the next ones wait in line for
 /// whichever slot frees first, schedulable and evicting nothing. Each node
 /// drains and reboots in turn, and the Node watch never sees more than the
 /// three slots' nodes unschedulable at once.

@@ -710,12 +710,12 @@ pub async fn groups_held_by(
     Ok(groups)
 }
 
-/// FNV-1a of `bytes` after a `seed` byte: a hash every agent computes the
-/// same, whatever its build (the standard library's may change).
 /// How many slots a node in line goes for first (see
 /// [`RebootSlots::near`]).
 pub const NEAR: u32 = 10;
 
+/// FNV-1a of `bytes` after a `seed` byte: a hash every agent computes the
+/// same, whatever its build (the standard library's may change).
 fn fnv1a(bytes: &[u8], seed: u8) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in std::iter::once(seed).chain(bytes.iter().copied()) {
