@@ -111,6 +111,7 @@ async fn a_maintenance_over_3000_nodes_gets_right_aggregates_of_a_bounded_size()
     );
     let writer = StatusWriter {
         client: agent_client,
+        leases: Default::default(),
         node: "node-00000".into(),
         namespace: "maintd".into(),
         maintenance,

@@ -654,3 +654,112 @@ async fn a_node_that_does_not_reboot_in_time_holds_the_rollout_or_lets_it_go_as_
         a.stop().await;
     }
 }
+
+/// Seven nodes in three drain orders (`maintd.io/drain-order`: two of
+/// order 0, one of them unlabelled; three of 5; two of 9; mixed so that
+/// name order is not theirs), three slots. While the two nodes of order 0
+/// take their turns, the third slot stays free: the nodes of order 5 say
+/// they wait for order 0, and the object's status names it. kubectl's
+/// Node watch sees no node cordoned before every node of a lower order is
+/// back in scheduling, and every node reboots once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_maintenance_takes_its_nodes_group_by_group_by_drain_order() {
+    let (sim, names) = pool(7).await;
+    let client = sim.client();
+    let orders: BTreeMap<&str, i64> = BTreeMap::from([
+        ("node-0", 5),
+        ("node-1", 0),
+        ("node-2", 5),
+        ("node-3", 9),
+        ("node-4", 5),
+        ("node-5", 0),
+        ("node-6", 9),
+    ]);
+    for (n, o) in &orders {
+        if *n == "node-5" {
+            continue;
+        }
+        Api::<Node>::all(client.clone())
+            .patch(
+                n,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"labels": {"maintd.io/drain-order": o.to_string()}}}),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+    let Roll {
+        _kubectl,
+        watch,
+        mut agents,
+        uid,
+    } = start_roll(
+        &sim,
+        &names,
+        "ordered",
+        json!({"maxConcurrentDrains": 3, "waitForReboot": {"timeoutSeconds": 600}}),
+    )
+    .await;
+
+    // Order 0 drains; the free slot waits for it, not for order 5.
+    eventually("order 0 drained and order 5 waiting for it", || {
+        let first_drained = ["node-1", "node-5"]
+            .iter()
+            .all(|n| agents[*n].progress.status().phase == Phase::Drained);
+        let next_wait = ["node-0", "node-2", "node-4"].iter().all(|n| {
+            agents[*n]
+                .progress
+                .status()
+                .waiting
+                .is_some_and(|w| w.contains("nodes of drain order 0"))
+        });
+        let c = client.clone();
+        async move {
+            let status = nodemaintenances(&c).get("ordered").await.unwrap().data["status"].clone();
+            first_drained
+                && next_wait
+                && status["drainOrder"] == 0
+                && status["drainOrderNodesLeft"] == 2
+        }
+    })
+    .await;
+    let mut holders = slot_holders(&client, "ordered").await;
+    holders.sort();
+    assert_eq!(holders, ["node-1", "node-5"], "the third slot stays free");
+    for n in ["node-0", "node-2", "node-3", "node-4", "node-6"] {
+        assert!(
+            !unschedulable(&node(&client, n).await),
+            "{n} is not cordoned yet"
+        );
+    }
+
+    let seen = finish_roll(&sim, &names, &mut agents, &watch, &uid, "ordered").await;
+    // Each node's cordon and uncordon, in the order the watch saw them.
+    let mut cordoned: BTreeMap<String, usize> = BTreeMap::new();
+    let mut back: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, o) in seen.iter().enumerate() {
+        let n = o["metadata"]["name"].as_str().unwrap_or("").to_string();
+        if unschedulable(o) {
+            cordoned.entry(n).or_insert(i);
+        } else if cordoned.contains_key(&n) {
+            back.insert(n, i);
+        }
+    }
+    assert_eq!(cordoned.len(), 7, "every node was cordoned: {cordoned:?}");
+    for (a, oa) in &orders {
+        for (b, ob) in &orders {
+            if oa < ob {
+                assert!(
+                    back[*a] < cordoned[*b],
+                    "{a} (order {oa}) was back in scheduling before {b} (order {ob}) was cordoned"
+                );
+            }
+        }
+    }
+    assert!(most_unschedulable_at_once(&seen) <= 3);
+    for (_, a) in agents {
+        a.stop().await;
+    }
+}

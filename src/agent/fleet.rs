@@ -252,6 +252,14 @@ impl Agent {
                 }
             };
         let (node, renew, l) = (self.config.node.clone(), stop.child_token(), looked.clone());
+        // A rolling maintenance's order holds a node back before it queues,
+        // not once it is in line.
+        let ordered = ask
+            .group
+            .strip_prefix("nm-")
+            .filter(|_| wait != TurnWait::SlotAhead)
+            .map(str::to_string);
+        let agent = self.clone();
         let task = tokio::spawn(async move {
             let held = async {
                 if wait == TurnWait::SlotAhead {
@@ -271,6 +279,11 @@ impl Agent {
             l.store(true, Ordering::Release);
             if held.is_some() {
                 return held;
+            }
+            if let Some(name) = ordered
+                && !agent.wait_for_order(&name, &cancel).await
+            {
+                return None;
             }
             waiter.await
         });

@@ -26,6 +26,7 @@ mod fleet;
 pub use fleet::AgentDrain;
 mod medik8s;
 mod medik8s_lease;
+mod order;
 mod planned;
 mod reconcile;
 mod shutdown;
@@ -48,6 +49,9 @@ pub struct Agent {
     pub medik8s: Option<MaintenanceTrigger>,
     /// When the API server last answered this agent.
     pub health: ApiHealth,
+    /// The status writer's Lease, with the rolling maintenances' published
+    /// drain order (see [`crate::api::order`]).
+    pub writer_lease: Index,
 }
 
 impl Agent {
@@ -89,6 +93,7 @@ impl Agent {
             maintenance: MaintenanceTrigger::new(),
             medik8s: config.medik8s.then(MaintenanceTrigger::medik8s),
             health,
+            writer_lease: Index::new(),
             config,
         }
     }
@@ -273,6 +278,7 @@ impl Agent {
         tokio::spawn(reporter.run(stop.clone()));
         let writer = crate::report::writer::StatusWriter {
             client: client.clone(),
+            leases: self.writer_lease.clone(),
             node: self.config.node.clone(),
             namespace: self.namespace(),
             maintenance: self.maintenance.clone(),

@@ -56,6 +56,8 @@ pub(super) struct Reconciler {
     medik8s_release: Option<JoinHandle<bool>>,
     release_retry: Option<Instant>,
     warned_value: Option<String>,
+    /// The bad `maintd.io/drain-order` label last warned of.
+    warned_order: Option<String>,
     /// Handling a shutdown while the API server cannot be reached.
     pub(super) offline: Option<super::shutdown::Offline>,
     pub(super) probe: Option<JoinHandle<()>>,
@@ -108,6 +110,7 @@ impl Reconciler {
             medik8s_release: None,
             release_retry: None,
             warned_value: None,
+            warned_order: None,
             offline: None,
             probe: None,
             probe_not_before: None,
@@ -246,6 +249,14 @@ impl Reconciler {
             agent.warn(w.clone());
             self.warned_value = Some(w);
         }
+        let bad_order = agent
+            .node
+            .by_name(&agent.config.node)
+            .and_then(|n| crate::api::order::of_node(&n).err());
+        if bad_order.is_some() && bad_order != self.warned_order {
+            agent.warn(bad_order.clone().unwrap_or_default());
+        }
+        self.warned_order = bad_order;
         let wanted = desired.active();
         match (&mut self.running, wanted) {
             (Some(r), true) if r.desired.same_drain(&desired) => {

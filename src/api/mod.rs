@@ -12,6 +12,7 @@
 
 pub mod medik8s;
 pub mod nodedrain;
+pub mod order;
 mod schema;
 mod select;
 mod stage;
@@ -58,6 +59,7 @@ pub const NODEMAINTENANCES_PATH: &str = "/apis/maintd.io/v1alpha1/nodemaintenanc
     printcolumn = r#"{"name":"Selected","type":"integer","jsonPath":".status.selectedNodes","description":"Nodes whose agent reports this object selects them"}"#,
     printcolumn = r#"{"name":"Drained","type":"integer","jsonPath":".status.drainedNodes","description":"Selected nodes whose drain is done"}"#,
     printcolumn = r#"{"name":"Blocked","type":"integer","jsonPath":".status.blockedNodes","description":"Selected nodes whose drain waits on a blocker","priority":1}"#,
+    printcolumn = r#"{"name":"Order","type":"integer","jsonPath":".status.drainOrder","description":"The drain order whose nodes take their turns now (a rolling maintenance)","priority":1}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".spec.reason","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -170,6 +172,14 @@ pub struct NodeMaintenanceStatus {
     /// How many nodes need attention in all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_total: Option<i32>,
+    /// A rolling maintenance: the lowest `maintd.io/drain-order` among the
+    /// nodes whose turn is still to take or under way. Nodes of a higher
+    /// order wait until these are done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_order: Option<i64>,
+    /// How many nodes of that order have a turn still to take or finish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_order_nodes_left: Option<i32>,
     /// `Valid` (False with the problems when the object is invalid).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

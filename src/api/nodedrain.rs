@@ -69,6 +69,14 @@ pub struct NodeDrainStatus {
     /// The NodeMaintenance objects that select this node (valid ones).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub maintenances: Vec<String>,
+    /// The node's place in rolling maintenances' order (its
+    /// `maintd.io/drain-order` label; 0 without it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub drain_order: i64,
+    /// The rolling NodeMaintenance whose drain turn this node has still to
+    /// take, or is taking.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_turn: Option<String>,
     /// Whether the agent holds logind's shutdown lock (unset when it does
     /// not take one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,6 +89,10 @@ pub struct NodeDrainStatus {
     pub finished_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<String>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// A pod that keeps the drain from going on, and why.
@@ -106,6 +118,14 @@ pub fn phase_name(phase: Phase) -> &'static str {
     }
 }
 
+/// Where the node stands in rolling maintenances' order (see
+/// [`super::order`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Order {
+    pub order: i64,
+    pub pending_turn: Option<String>,
+}
+
 /// The node's status object from the drain's status. `updated_at` is left
 /// out (the caller stamps it when it writes), so two snapshots compare
 /// equal when nothing a reader cares about changed.
@@ -113,6 +133,7 @@ pub fn from_drain(
     node: &str,
     st: &DrainStatus,
     maintenances: Vec<String>,
+    order: &Order,
     lock_held: Option<bool>,
 ) -> NodeDrainStatus {
     let stage = st.current_stage.map(|n| {
@@ -146,6 +167,8 @@ pub fn from_drain(
         waiting: st.waiting.clone(),
         triggers: st.triggers.clone(),
         maintenances,
+        drain_order: order.order,
+        pending_turn: order.pending_turn.clone(),
         lock_held,
         last_error: st.last_error.clone(),
         started_at: st.started_at.clone(),
@@ -174,7 +197,13 @@ mod tests {
                 .collect(),
             ..Default::default()
         };
-        let s = from_drain("node-a", &st, vec!["rack-7".into()], Some(true));
+        let s = from_drain(
+            "node-a",
+            &st,
+            vec!["rack-7".into()],
+            &Order::default(),
+            Some(true),
+        );
         assert_eq!(s.phase, "Blocked");
         assert_eq!(s.progress, "10/40");
         assert_eq!(s.blockers.len(), MAX_BLOCKERS);

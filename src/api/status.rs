@@ -39,6 +39,14 @@ fn clamp(n: usize) -> i32 {
 pub fn aggregate<'a>(name: &str, drains: impl IntoIterator<Item = &'a NodeDrainStatus>) -> Value {
     let mut counts = [0usize; 6];
     let mut attention: Vec<(&str, &str, Option<String>)> = Vec::new();
+    let drains: Vec<&NodeDrainStatus> = drains.into_iter().collect();
+    let order = super::order::lowest(
+        drains
+            .iter()
+            .copied()
+            .filter(|d| d.pending_turn.as_deref() == Some(name)),
+    )
+    .remove(name);
     for d in drains {
         if !d.maintenances.iter().any(|m| m == name) {
             continue;
@@ -85,7 +93,7 @@ pub fn aggregate<'a>(name: &str, drains: impl IntoIterator<Item = &'a NodeDrainS
             e
         })
         .collect();
-    json!({
+    let mut out = json!({
         "selectedNodes": clamp(counts[0]),
         "cordonedNodes": clamp(counts[1]),
         "drainingNodes": clamp(counts[2]),
@@ -94,7 +102,12 @@ pub fn aggregate<'a>(name: &str, drains: impl IntoIterator<Item = &'a NodeDrainS
         "failedNodes": clamp(counts[5]),
         "attention": listed,
         "attentionTotal": clamp(total),
-    })
+    });
+    if let Some((lowest, left)) = order {
+        out["drainOrder"] = json!(lowest);
+        out["drainOrderNodesLeft"] = json!(clamp(left));
+    }
+    out
 }
 
 /// The apply body for the aggregates (see [`aggregate`]) and the `Valid`

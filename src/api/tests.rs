@@ -392,7 +392,9 @@ fn crd_schema_carries_the_rules_the_derive_cannot() {
         .collect();
     assert_eq!(
         cols,
-        ["Stage", "Selected", "Drained", "Blocked", "Reason", "Age"]
+        [
+            "Stage", "Selected", "Drained", "Blocked", "Order", "Reason", "Age"
+        ]
     );
     let nd = serde_json::to_value(crate::api::nodedrain_crd().unwrap()).unwrap();
     assert_eq!(nd["spec"]["scope"], "Cluster");

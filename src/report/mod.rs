@@ -198,8 +198,14 @@ impl StatusReporter {
             .collect();
         maintenances.sort();
         let lock_held = self.inhibitor.as_ref().map(|i| i.borrow().held);
-        let st =
-            nodedrain::from_drain(&self.node, &self.progress.status(), maintenances, lock_held);
+        let drain = self.progress.status();
+        let drained = drain.phase == crate::drain::progress::Phase::Drained;
+        let order = nodedrain::Order {
+            // A bad label is warned of by the agent's loop; it counts as 0.
+            order: api::order::of_node(&node).unwrap_or(0),
+            pending_turn: api::order::pending_turn(eval.effective.as_ref(), drained),
+        };
+        let st = nodedrain::from_drain(&self.node, &drain, maintenances, &order, lock_held);
         if written.uid.as_deref() == Some(uid.as_str()) && written.status.as_ref() == Some(&st) {
             return true;
         }

@@ -6,6 +6,11 @@
 //! [`write_every`]: 5 s, longer in a large cluster, since every write
 //! reaches every agent.
 //!
+//! The holder also publishes each rolling maintenance's drain order (see
+//! [`crate::api::order`]) in an annotation of its Lease, as soon as it
+//! changes (at most once a second): the Lease is what every agent watches
+//! already, and the order changes only when a group of nodes is done.
+//!
 //! Only the holder watches the NodeDrain objects; the other agents watch
 //! the Lease alone (a renewal every 20 s) and take it over, after a random
 //! pause so they do not all try at once, when it has not been renewed for
@@ -23,17 +28,25 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::nodedrain::{NODEDRAINS_PATH, NodeDrainStatus};
 use crate::api::status::{STATUS_WRITER_MANAGER, aggregate, status_apply_body, valid_condition};
-use crate::api::{self, NODEMAINTENANCES_PATH};
+use crate::api::{self, NODEMAINTENANCES_PATH, order};
 use crate::coordination::lease::{self as lease_body, SlotState};
 use crate::index::{Index, WatchGuard, WatchTarget, sleep_until};
 use crate::trigger::maintenance::MaintenanceTrigger;
 
-/// Trims a NodeDrain to what [`aggregate`] reads: its identity, and of its
-/// status the node, phase, maintenances, first blocker and last error.
+/// Trims a NodeDrain to what [`aggregate`] and the order read: its
+/// identity, and of its status the node, phase, maintenances, first
+/// blocker, last error, drain order and pending turn.
 fn keep_what_aggregates_read(o: &mut Value) {
     let meta = &o["metadata"];
     let mut status = serde_json::Map::new();
-    for key in ["nodeName", "phase", "maintenances", "lastError"] {
+    for key in [
+        "nodeName",
+        "phase",
+        "maintenances",
+        "lastError",
+        "drainOrder",
+        "pendingTurn",
+    ] {
         if let Some(v) = o["status"].get(key) {
             status.insert(key.to_string(), v.clone());
         }
@@ -77,6 +90,9 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// One agent's part in writing NodeMaintenance status.
 pub struct StatusWriter {
     pub client: kube::Client,
+    /// The view of the [`LEASE_NAME`] Lease, which this runs; the agent's
+    /// loop reads the published drain order from it.
+    pub leases: Index,
     /// This agent's node: its identity in the Lease.
     pub node: String,
     /// Where the Lease lives (the agent's namespace).
@@ -90,6 +106,12 @@ pub struct StatusWriter {
     pub objects: prometheus_client::metrics::gauge::Gauge,
 }
 
+/// The holder looks at the drain order at most this often.
+const ORDER_EVERY: Duration = Duration::from_secs(1);
+/// How long a rolling maintenance's turns are pending before its order is
+/// first published, at the least: the agents report their nodes one by one.
+const ORDER_SETTLE: Duration = Duration::from_secs(10);
+
 /// The holder's view while it holds: the NodeDrain objects, and what it
 /// wrote last per NodeMaintenance (uid → aggregates and condition).
 struct Holding {
@@ -97,12 +119,17 @@ struct Holding {
     stop: CancellationToken,
     written: BTreeMap<String, Value>,
     last_write: Option<Instant>,
+    /// When the order was last looked at, the NodeDrain version then, and
+    /// whether to look again without a change (see `publish_order`).
+    order_looked: Option<(Instant, u64, bool)>,
+    /// Since when each rolling maintenance (by uid) has had turns pending.
+    pending_since: std::collections::HashMap<String, Instant>,
 }
 
 impl StatusWriter {
     /// Runs until `stop`.
     pub async fn run(self, stop: CancellationToken) {
-        let leases = Index::new();
+        let leases = self.leases.clone();
         let target = WatchTarget::new(
             format!(
                 "/apis/coordination.k8s.io/v1/namespaces/{}/leases",
@@ -156,7 +183,11 @@ impl StatusWriter {
                     h.last_write = Some(Instant::now());
                 }
                 let next_write = h.last_write.map(|t| t + every);
-                wake = [wake, next_write].into_iter().flatten().min();
+                let next_order = match (&lease, h.drains.synced()) {
+                    (Some(l), true) => self.publish_order(h, l, now).await,
+                    _ => None,
+                };
+                wake = [wake, next_write, next_order].into_iter().flatten().min();
             } else {
                 if let Some(h) = holding.take() {
                     h.stop.cancel();
@@ -230,6 +261,8 @@ impl StatusWriter {
             stop: child,
             written: BTreeMap::new(),
             last_write: None,
+            order_looked: None,
+            pending_since: Default::default(),
         }
     }
 
@@ -270,6 +303,65 @@ impl StatusWriter {
             }
             Err(_) => tracing::warn!("writing the {LEASE_NAME} Lease timed out"),
         }
+    }
+
+    /// Publishes the rolling maintenances' drain order in the Lease when it
+    /// changed; returns when to look again (None: when the NodeDrain
+    /// objects change). Looks at most every [`ORDER_EVERY`], and only when
+    /// the NodeDrain objects changed or an order waits to settle.
+    async fn publish_order(&self, h: &mut Holding, lease: &Lease, now: Instant) -> Option<Instant> {
+        let version = *h.drains.changes().borrow();
+        if let Some((at, seen, again)) = h.order_looked {
+            if at + ORDER_EVERY > now {
+                return Some(at + ORDER_EVERY);
+            }
+            if seen == version && !again {
+                return None;
+            }
+        }
+        let drains: Vec<NodeDrainStatus> = h
+            .drains
+            .all()
+            .iter()
+            .filter_map(|d| serde_json::from_value(d["status"].clone()).ok())
+            .collect();
+        let uids: BTreeMap<String, String> = self
+            .maintenance
+            .index
+            .all()
+            .iter()
+            .filter_map(|o| Some((o["metadata"]["name"].as_str()?.to_string(), uid_of(o))))
+            .collect();
+        let lease_json = serde_json::to_value(lease).unwrap_or_default();
+        let published = order::read(&lease_json);
+        let settle = write_every(drains.len()).max(ORDER_SETTLE);
+        let publish = order::to_publish(
+            &order::lowest(&drains),
+            &uids,
+            &published,
+            &mut h.pending_since,
+            now,
+            settle,
+        );
+        if publish != published {
+            let mut next = lease_body::renewed(lease, Timestamp::now());
+            let annotations = next.metadata.annotations.get_or_insert_with(BTreeMap::new);
+            if publish.is_empty() {
+                annotations.remove(order::ANNOTATION);
+            } else {
+                annotations.insert(
+                    order::ANNOTATION.to_string(),
+                    serde_json::to_string(&publish).unwrap_or_default(),
+                );
+            }
+            self.write_lease(next, true).await;
+        }
+        // Looked at again by itself while an order waits to settle, and
+        // until the Lease shows what was written (a write may lose a race
+        // with the renewal).
+        let again = publish != published || publish.len() < h.pending_since.len();
+        h.order_looked = Some((now, version, again));
+        again.then(|| now + ORDER_EVERY)
     }
 
     /// Writes every NodeMaintenance whose aggregates or condition changed.

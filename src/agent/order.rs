@@ -1,0 +1,57 @@
+//! A rolling maintenance's order on the agent: a node of a higher
+//! `maintd.io/drain-order` does not queue for a turn until the status
+//! writer's Lease says the nodes of lower orders are done (see
+//! [`crate::api::order`]).
+
+use tokio_util::sync::CancellationToken;
+
+use super::Agent;
+use crate::api::order;
+use crate::policy::HoldKind;
+use crate::report::writer::LEASE_NAME;
+
+impl Agent {
+    /// Waits until this node may queue for a turn of the rolling
+    /// maintenance `name`, saying meanwhile what it waits for. Returns
+    /// false when `cancel` ends the wait first.
+    pub(super) async fn wait_for_order(&self, name: &str, cancel: &CancellationToken) -> bool {
+        let mut lease = self.writer_lease.changes();
+        let mut node = self.node.changes();
+        let mut objects = self.maintenance.index.changes();
+        loop {
+            match self.order_verdict(name) {
+                Ok(()) => return true,
+                Err(why) => self.say_waiting(Some((HoldKind::Slot, why))),
+            }
+            // Each view lives as long as the agent: none of these closes.
+            tokio::select! {
+                _ = lease.changed() => {}
+                _ = node.changed() => {}
+                _ = objects.changed() => {}
+                _ = cancel.cancelled() => return false,
+            }
+        }
+    }
+
+    /// Whether this node's order lets it queue for a turn of `name` now.
+    fn order_verdict(&self, name: &str) -> Result<(), String> {
+        let node = self.node.by_name(&self.config.node);
+        // A bad label counts as 0 (the loop warns of it).
+        let mine = node.and_then(|n| order::of_node(&n).ok()).unwrap_or(0);
+        if mine == 0 {
+            return Ok(());
+        }
+        let uid = self
+            .maintenance
+            .index
+            .by_name(name)
+            .and_then(|o| o["metadata"]["uid"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        let published = self
+            .writer_lease
+            .by_name(LEASE_NAME)
+            .map(|l| order::read(&l))
+            .unwrap_or_default();
+        order::gate(mine, name, &uid, &published)
+    }
+}
