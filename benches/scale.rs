@@ -12,15 +12,19 @@
 //!     once: a node takes a slot, is cordoned and drained, and keeps slot
 //!     and cordon until it has rebooted; then it is uncordoned and the slot
 //!     goes to the next node. The bench is the updater: it reboots a node
-//!     (NotReady for 200 ms, then Ready with a new boot ID) once its
+//!     (NotReady for 30 s, then Ready with a new boot ID) once its
 //!     NodeDrain says Drained and its turn record holds its current boot
 //!     ID. The rollout is over when every node lists the object as done
 //!     and is schedulable. `MAINTD_SCALE_PODS` pods a node (default 3).
 //!     `MAINTD_SCALE_CORDON_AHEAD=M` (default 0, at most 1000) sets the
 //!     object's `cordonAhead`: the next M nodes are cordoned before their
-//!     turn. `MAINTD_SCALE_REBOOT_MS` (default 200, 10 to 600000) sets how
-//!     long a rebooting node stays NotReady: real reboots take minutes,
-//!     and a turn's fixed costs weigh less against a longer turn.
+//!     turn. `MAINTD_SCALE_REBOOT_MS` (default 30000, 10 to 600000) sets
+//!     how long a rebooting node stays NotReady: 30 s is a fast real
+//!     reboot (most take minutes). A turn's fixed costs (the writes
+//!     between one node's uncordon and the next node's cordon, a second
+//!     or so on two cores shared by N agents and the simulator) weigh
+//!     more against a shorter turn: 200 ms gives a quick run whose ratio
+//!     says how much those costs are, not what a fleet would see.
 //!
 //! Per N it prints requests per agent per minute (idle), requests, watch
 //! events and bytes received per agent (idle and rolling reboot), the
@@ -49,6 +53,10 @@ use maintd_sim::verbs::{self, Writer};
 use maintd_sim::{SimCluster, SimConfig};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+
+/// How long a rebooting node stays NotReady unless `MAINTD_SCALE_REBOOT_MS`
+/// says otherwise: a fast real reboot.
+const DEFAULT_REBOOT_MS: u64 = 30_000;
 
 /// The simulator's threads are named so, and measured apart.
 const SIM_THREAD: &str = "sim-apiserver";
@@ -748,7 +756,7 @@ fn run(
                 .filter(|ms| (10..=600_000).contains(ms))
                 .expect("MAINTD_SCALE_REBOOT_MS: milliseconds, 10 to 600000")
         })
-        .unwrap_or(200);
+        .unwrap_or(DEFAULT_REBOOT_MS);
     create(
         &sim,
         &nms,
