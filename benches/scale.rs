@@ -18,7 +18,10 @@
 //!     and is schedulable. `MAINTD_SCALE_PODS` pods a node (default 3).
 //!     `MAINTD_SCALE_CORDON_AHEAD=M` (default 0, at most 1000) sets the
 //!     object's `cordonAhead`: the next M nodes are cordoned before their
-//!     turn. `MAINTD_SCALE_REBOOT_MS` (default 30000, 10 to 600000) sets
+//!     turn. `MAINTD_SCALE_ORDERS=K` (default 1, at most 100) labels the
+//!     nodes in K drain orders (`maintd.io/drain-order`, in blocks of
+//!     N/K by name), taken one after the other.
+//!     `MAINTD_SCALE_REBOOT_MS` (default 30000, 10 to 600000) sets
 //!     how long a rebooting node stays NotReady: 30 s is a fast real
 //!     reboot (most take minutes). A turn's fixed costs (the writes
 //!     between one node's uncordon and the next node's cordon, a second
@@ -37,7 +40,8 @@
 //! most nodes unschedulable at once against slots + cordonAhead, each step of a
 //! turn, and where the slots stood idle. It panics, with no figures, if
 //! the rollout does not finish in 1200 s, if a node was never seen
-//! cordoned, if more nodes were unschedulable at once than slots +
+//! cordoned, if a node was cordoned before every node of a lower drain
+//! order was back in scheduling, if more nodes were unschedulable at once than slots +
 //! cordonAhead, or if the wall time beats its ideal (only possible with
 //! more turns at once than slots, or a wrong measurement). Then the
 //! smallest N again with three times the pods, to tell the requests per
@@ -261,6 +265,12 @@ struct Rollout {
     /// How long each rebooting node stayed NotReady.
     #[serde(default)]
     reboot_ms: u64,
+    /// How many drain orders the nodes were labelled in.
+    #[serde(default)]
+    orders: usize,
+    /// Nodes cordoned before every node of a lower order was back.
+    #[serde(default)]
+    out_of_order: usize,
     /// From the first node seen cordoned to the last seen uncordoned.
     wall_secs: f64,
     /// Every node's time unschedulable, added up.
@@ -349,6 +359,12 @@ impl Rollout {
             self.most_unschedulable,
             self.slots,
             self.ahead
+        );
+        assert!(
+            self.out_of_order == 0,
+            "N={n}: {} NODES WERE CORDONED BEFORE EVERY NODE OF A LOWER DRAIN ORDER WAS BACK IN SCHEDULING ({} orders)",
+            self.out_of_order,
+            self.orders
         );
         let ratio = self.ratio();
         assert!(
@@ -523,8 +539,34 @@ impl Watch {
             .collect()
     }
 
+    /// Nodes of `orders` drain orders (see [`drain_order`]) first seen
+    /// cordoned before the last node of a lower order was seen back.
+    fn out_of_order(&self, orders: usize) -> usize {
+        let n = self.nodes.len();
+        let order = |name: &str| {
+            let i = name
+                .trim_start_matches("node-")
+                .parse::<usize>()
+                .unwrap_or(0);
+            drain_order(i, n, orders)
+        };
+        let mut back = vec![f64::NEG_INFINITY; orders.max(1)];
+        for (name, s) in &self.nodes {
+            let last = s.cordons.last().and_then(|c| c.1).unwrap_or(f64::INFINITY);
+            let g = order(name);
+            back[g] = back[g].max(last);
+        }
+        self.nodes
+            .iter()
+            .filter(|(name, s)| {
+                let first = s.cordons.first().map_or(f64::INFINITY, |c| c.0);
+                back[..order(name)].iter().any(|b| first < *b)
+            })
+            .count()
+    }
+
     /// The figures, once every turn is over.
-    fn summary(&self, slots: usize, ahead: usize, reboot_ms: u64) -> Rollout {
+    fn summary(&self, slots: usize, ahead: usize, reboot_ms: u64, orders: usize) -> Rollout {
         let spells = |s: &NodeSeen| -> f64 {
             s.cordons
                 .iter()
@@ -610,6 +652,8 @@ impl Watch {
             slots,
             ahead,
             reboot_ms,
+            orders,
+            out_of_order: self.out_of_order(orders),
             wall_secs: end - start,
             unschedulable_secs: self.nodes.values().map(spells).sum(),
             turn_secs,
@@ -623,6 +667,11 @@ impl Watch {
             idle: idle.iter().map(|(w, s)| (w.to_string(), *s)).collect(),
         }
     }
+}
+
+/// The drain order of node `i` of `n` in `orders` orders: blocks by name.
+fn drain_order(i: usize, n: usize, orders: usize) -> usize {
+    (i * orders.max(1) / n.max(1)).min(orders.max(1) - 1)
 }
 
 fn nodedrains(sim: &SimCluster) -> Vec<std::sync::Arc<Value>> {
@@ -660,13 +709,26 @@ fn run(
         None,
         json!({"metadata": {"name": "maintd"}}),
     );
+    let orders: usize = std::env::var("MAINTD_SCALE_ORDERS")
+        .ok()
+        .map(|v| {
+            v.parse()
+                .ok()
+                .filter(|k| (1..=100).contains(k))
+                .expect("MAINTD_SCALE_ORDERS: a number of drain orders, 1 to 100")
+        })
+        .unwrap_or(1);
     for i in 0..n {
         let node = format!("node-{i:05}");
+        let mut labels = json!({"pool": "all", "kubernetes.io/hostname": node});
+        if orders > 1 {
+            labels["maintd.io/drain-order"] = json!(drain_order(i, n, orders).to_string());
+        }
         create(
             &sim,
             &Gr::new("", "nodes"),
             None,
-            json!({"metadata": {"name": node, "labels": {"pool": "all", "kubernetes.io/hostname": node}},
+            json!({"metadata": {"name": node, "labels": labels},
                    "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
         );
         for p in 0..pods_per_node {
@@ -833,7 +895,7 @@ fn run(
         );
     }
     let done = watch.done_count();
-    let rollout = watch.summary(slots, ahead, reboot_ms);
+    let rollout = watch.summary(slots, ahead, reboot_ms, orders);
     rollout.check(n);
     let drain_secs = t.elapsed().as_secs_f64();
     // The last aggregates and NodeDrain writes land within a few seconds.
@@ -889,7 +951,7 @@ fn print_row(r: &Row) {
     );
     let ro = &r.rollout;
     println!(
-        "    rolling reboot: wall time {:.1} s (first cordon to last uncordon), ideal {:.1} s ({:.1} s of turns in all ÷ {} slots; {:.1} s unschedulable): {:.2}x; most nodes unschedulable at once {} of {} slots + {} cordoned ahead; nodes cordoned more than once {}; looks every {:.0} ms (at most {:.0} ms); reboots {} ms NotReady",
+        "    rolling reboot: wall time {:.1} s (first cordon to last uncordon), ideal {:.1} s ({:.1} s of turns in all ÷ {} slots; {:.1} s unschedulable): {:.2}x; most nodes unschedulable at once {} of {} slots + {} cordoned ahead; nodes cordoned more than once {}; looks every {:.0} ms (at most {:.0} ms); reboots {} ms NotReady; drain orders {} (nodes out of order {})",
         ro.wall_secs,
         ro.ideal_secs(),
         ro.turn_secs,
@@ -903,6 +965,8 @@ fn print_row(r: &Row) {
         ro.look_mean_ms,
         ro.look_max_ms,
         ro.reboot_ms,
+        ro.orders.max(1),
+        ro.out_of_order,
     );
     println!("    a turn, step by step (s: mean / p50 / p90 / max):");
     for s in &ro.steps {

@@ -722,6 +722,7 @@ async fn a_rolling_maintenance_takes_its_nodes_group_by_group_by_drain_order() {
                 && next_wait
                 && status["drainOrder"] == 0
                 && status["drainOrderNodesLeft"] == 2
+                && status["drainOrderNodes"] == json!(["node-1", "node-5"])
         }
     })
     .await;

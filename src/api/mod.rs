@@ -180,6 +180,10 @@ pub struct NodeMaintenanceStatus {
     /// How many nodes of that order have a turn still to take or finish.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_order_nodes_left: Option<i32>,
+    /// The first of those nodes by name (at most
+    /// [`status::MAX_ORDER_NODES`]): the higher orders wait for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drain_order_nodes: Vec<String>,
     /// `Valid` (False with the problems when the object is invalid).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

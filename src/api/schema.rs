@@ -113,6 +113,12 @@ pub fn crd() -> Result<CustomResourceDefinition, CrdError> {
         "maxItems",
         json!(super::status::MAX_ATTENTION),
     )?;
+    set(
+        status,
+        "drainOrderNodes",
+        "maxItems",
+        json!(super::status::MAX_ORDER_NODES),
+    )?;
     set(status, "conditions", "x-kubernetes-list-type", json!("map"))?;
     set(
         status,

@@ -28,6 +28,9 @@ fn apply_body(name: &str, status: Value) -> Value {
     })
 }
 
+/// The most nodes of the drain order going now that the status names.
+pub const MAX_ORDER_NODES: usize = 10;
+
 fn clamp(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
@@ -47,6 +50,18 @@ pub fn aggregate<'a>(name: &str, drains: impl IntoIterator<Item = &'a NodeDrainS
             .filter(|d| d.pending_turn.as_deref() == Some(name)),
     )
     .remove(name);
+    // Who the higher orders wait for: named, so a node that cannot finish
+    // (or whose agent stopped) is found without reading every NodeDrain.
+    let mut order_nodes: Vec<&str> = drains
+        .iter()
+        .filter(|d| d.pending_turn.as_deref() == Some(name))
+        .filter(|d| {
+            order.is_some_and(|(low, _)| d.drain_order.clamp(0, super::order::MAX_ORDER) == low)
+        })
+        .map(|d| d.node_name.as_str())
+        .collect();
+    order_nodes.sort_unstable();
+    order_nodes.truncate(MAX_ORDER_NODES);
     for d in drains {
         if !d.maintenances.iter().any(|m| m == name) {
             continue;
@@ -106,6 +121,7 @@ pub fn aggregate<'a>(name: &str, drains: impl IntoIterator<Item = &'a NodeDrainS
     if let Some((lowest, left)) = order {
         out["drainOrder"] = json!(lowest);
         out["drainOrderNodesLeft"] = json!(clamp(left));
+        out["drainOrderNodes"] = json!(order_nodes);
     }
     out
 }
@@ -225,6 +241,42 @@ mod tests {
         let body = status_apply_body("m", a, None, "2026-01-01T00:00:00Z");
         let size = serde_json::to_vec(&body).unwrap().len();
         assert!(size < 64 * 1024, "{size} bytes");
+    }
+
+    #[test]
+    fn a_rolling_object_names_the_order_going_now_and_its_first_ten_nodes() {
+        let mut drains: Vec<NodeDrainStatus> = (0..30)
+            .map(|i| {
+                let mut d = drain(&format!("node-{i:02}"), "Idle", &["m"]);
+                d.drain_order = if i < 12 { 3 } else { 7 };
+                d.pending_turn = Some("m".into());
+                d
+            })
+            .collect();
+        // Done with its turn, of another object's, or none: not counted.
+        drains[0].pending_turn = None;
+        drains[1].pending_turn = Some("other".into());
+        let a = aggregate("m", &drains);
+        assert_eq!(a["drainOrder"], 3);
+        assert_eq!(a["drainOrderNodesLeft"], 10);
+        let named: Vec<String> = (2..12).map(|i| format!("node-{i:02}")).collect();
+        assert_eq!(a["drainOrderNodes"], json!(named));
+        let many: Vec<NodeDrainStatus> = (0..5000)
+            .map(|i| {
+                let mut d = drain(&format!("node-{i:05}"), "Idle", &["m"]);
+                d.pending_turn = Some("m".into());
+                d
+            })
+            .collect();
+        let a = aggregate("m", &many);
+        assert_eq!(a["drainOrderNodesLeft"], 5000);
+        assert_eq!(
+            a["drainOrderNodes"].as_array().unwrap().len(),
+            MAX_ORDER_NODES
+        );
+        // Nothing pending: no order at all.
+        let a = aggregate("m", &drains[..2]);
+        assert!(a.get("drainOrder").is_none() && a.get("drainOrderNodes").is_none());
     }
 
     #[test]

@@ -126,6 +126,17 @@ struct Holding {
     pending_since: std::collections::HashMap<String, Instant>,
 }
 
+impl Holding {
+    /// The nodes' reports, as the NodeDrain objects held say them.
+    fn statuses(&self) -> Vec<NodeDrainStatus> {
+        self.drains
+            .all()
+            .iter()
+            .filter_map(|d| serde_json::from_value(d["status"].clone()).ok())
+            .collect()
+    }
+}
+
 impl StatusWriter {
     /// Runs until `stop`.
     pub async fn run(self, stop: CancellationToken) {
@@ -319,12 +330,7 @@ impl StatusWriter {
                 return None;
             }
         }
-        let drains: Vec<NodeDrainStatus> = h
-            .drains
-            .all()
-            .iter()
-            .filter_map(|d| serde_json::from_value(d["status"].clone()).ok())
-            .collect();
+        let drains = h.statuses();
         let uids: BTreeMap<String, String> = self
             .maintenance
             .index
@@ -366,12 +372,7 @@ impl StatusWriter {
 
     /// Writes every NodeMaintenance whose aggregates or condition changed.
     async fn write_all(&self, h: &mut Holding) {
-        let drains: Vec<NodeDrainStatus> = h
-            .drains
-            .all()
-            .iter()
-            .filter_map(|d| serde_json::from_value(d["status"].clone()).ok())
-            .collect();
+        let drains = h.statuses();
         let objects: Vec<Arc<Value>> = self.maintenance.index.all();
         let uids: Vec<String> = objects.iter().map(|o| uid_of(o)).collect();
         h.written.retain(|uid, _| uids.contains(uid));
