@@ -565,3 +565,85 @@ async fn a_renewal_or_release_that_loses_a_race_is_tried_again_and_other_errors_
     );
     assert!(b.try_acquire("node-b").await.unwrap().is_acquired());
 }
+
+/// A node in line watches the free slots of its two buckets only: with
+/// forty slots all held, one slot near it and one far from it given back,
+/// its watch's selector finds exactly the near one, and it takes that
+/// one; the far one stays free for the nodes near it.
+#[tokio::test]
+async fn a_node_in_line_sees_and_takes_a_free_slot_of_its_buckets_not_a_far_one() {
+    let sim = common::sim().await;
+    let group = "nm-wide";
+    // Forty holders: each node may take only its two candidates.
+    let mut guards = Vec::new();
+    let mut i = 0;
+    while guards.len() < 40 {
+        assert!(i < 10_000, "forty slots filled");
+        let taken = slots(&sim, group, 40, LONG)
+            .acquire_with_renewal(&format!("h-{i}"), CancellationToken::new())
+            .await
+            .unwrap();
+        if let Acquisition::Acquired(g) = taken {
+            guards.push(g);
+        }
+        i += 1;
+    }
+    let in_line = slots(&sim, group, 40, LONG).any_slot(40);
+    let near = in_line.near("n");
+    let far = (0..40).find(|i| !near.contains(i)).unwrap();
+    let near_slot = maintd::coordination::slot_name(group, near[4]);
+    let far_slot = maintd::coordination::slot_name(group, far);
+    // Give back one slot near it and one far from it.
+    let mut kept = Vec::new();
+    for g in guards {
+        if g.slot() == near_slot || g.slot() == far_slot {
+            assert!(g.release().await.unwrap());
+        } else {
+            kept.push(g);
+        }
+    }
+    let (_, free) = in_line.watch_selectors("n").pop().unwrap();
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(sim.client(), NS);
+    let seen: Vec<String> = leases
+        .list(&kube::api::ListParams::default().labels(&free.unwrap()))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|l| l.metadata.name)
+        .collect();
+    assert_eq!(
+        seen,
+        std::slice::from_ref(&near_slot),
+        "its free-slot watch sees the near slot alone"
+    );
+    let request = SlotRequest {
+        slots: in_line,
+        node: "n".into(),
+        what: "a drain slot, next in line".into(),
+    };
+    let taken = tokio::time::timeout(
+        Duration::from_secs(30),
+        wait_for_slot(
+            sim.client(),
+            request,
+            WatchGuard::default(),
+            CancellationToken::new(),
+            CancellationToken::new(),
+            std::sync::Arc::new(|_| {}),
+        ),
+    )
+    .await
+    .expect("the near slot is taken")
+    .expect("not cancelled");
+    assert_eq!(taken.slot(), near_slot);
+    let far_now = leases.get(&far_slot).await.unwrap();
+    assert!(
+        far_now.spec.and_then(|s| s.holder_identity).is_none(),
+        "the far slot stays free"
+    );
+    assert!(taken.release().await.unwrap());
+    for g in kept {
+        g.release().await.unwrap();
+    }
+}

@@ -15,6 +15,21 @@ pub const GROUP_LABEL: &str = "maintd.io/reboot-group";
 /// finds the slots it holds with one small LIST.
 pub const HOLDER_LABEL: &str = "maintd.io/reboot-holder";
 
+/// Label on a slot Lease: its bucket, a few neighbouring slots of the
+/// group (see `RebootSlots::near`), so a node in line watches the free
+/// slots of its two buckets, not of the whole group.
+pub const BUCKET_LABEL: &str = "maintd.io/reboot-bucket";
+
+/// `lease` labelled with its `bucket`.
+pub fn with_bucket(mut lease: Lease, bucket: u32) -> Lease {
+    lease
+        .metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(BUCKET_LABEL.to_string(), bucket.to_string());
+    lease
+}
+
 /// The Lease name of slot `index` of `group`: `maintd-reboot-<group>-<index>`.
 /// Lease names are DNS subdomains, so the group is lowercased and anything
 /// outside `[a-z0-9.-]` becomes `-`.

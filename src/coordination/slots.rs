@@ -144,7 +144,11 @@ impl RebootSlots {
             .map(|i| (Some(format!("metadata.name={}", self.slot_name(i))), None))
             .collect();
         if self.any {
-            let free = format!("{},!{}", self.group_selector(), lease::HOLDER_LABEL);
+            let mut free = format!("{},!{}", self.group_selector(), lease::HOLDER_LABEL);
+            if let Some(buckets) = self.buckets(node) {
+                let [a, b] = buckets;
+                free.push_str(&format!(",{} in ({a},{b})", lease::BUCKET_LABEL));
+            }
             selectors.push((None, Some(free)));
         }
         selectors
@@ -258,33 +262,41 @@ impl RebootSlots {
         vec![first, second]
     }
 
-    /// The slots a node in line (see [`Self::any_slot`]) goes for first:
-    /// its two candidates and more by the same hash, [`NEAR`] in all (or
-    /// every slot of a smaller group). With a place in line per slot, a
-    /// slot that frees is near about [`NEAR`] nodes in line, and only they
-    /// race for it at once; the others try it a moment later, if it is
-    /// still free (no node near it in line).
+    /// The slots a node in line (see [`Self::any_slot`]) goes for, its
+    /// near slots: its two candidates and the slots of its two buckets
+    /// (see [`Self::buckets`]), about [`NEAR`] in all (every slot of a
+    /// group of [`NEAR`] or fewer). With a place in line per slot, a slot
+    /// that frees is near about [`NEAR`] nodes in line, and only they race
+    /// for it; a node in line hears the turns of its near slots only, so
+    /// what it receives while in line does not grow with the slots.
     pub fn near(&self, node: &str) -> Vec<u32> {
-        let want = self.max_holders.min(NEAR) as usize;
         let mut near = self.candidates(node);
-        let mut seed = 2u8;
-        while near.len() < want && seed < u8::MAX {
-            let i = (fnv1a(node.as_bytes(), seed) % u64::from(self.max_holders)) as u32;
+        let in_buckets: Vec<u32> = match self.buckets(node) {
+            Some(buckets) => (0..self.max_holders)
+                .filter(|i| buckets.contains(&(i / BUCKET)))
+                .collect(),
+            None => (0..self.max_holders).collect(),
+        };
+        for i in in_buckets {
             if !near.contains(&i) {
                 near.push(i);
             }
-            seed += 1;
-        }
-        // Hashes that kept landing on slots already picked: the next ones
-        // in order.
-        let mut i = 0;
-        while near.len() < want {
-            if !near.contains(&i) {
-                near.push(i);
-            }
-            i += 1;
         }
         near
+    }
+
+    /// `node`'s two buckets of [`BUCKET`] neighbouring slots, by a hash of
+    /// its name (None when the group has two buckets or fewer: every slot
+    /// is near). Two choices, not one, so a bucket's slots are not held
+    /// back by the few nodes that chose it alone.
+    fn buckets(&self, node: &str) -> Option<[u32; 2]> {
+        let count = self.max_holders.div_ceil(BUCKET);
+        if count <= 2 {
+            return None;
+        }
+        let first = (fnv1a(node.as_bytes(), 2) % u64::from(count)) as u32;
+        let other = (fnv1a(node.as_bytes(), 3) % u64::from(count - 1)) as u32;
+        Some([first, if other >= first { other + 1 } else { other }])
     }
 
     /// The name of slot `index`.
@@ -464,6 +476,7 @@ impl RebootSlots {
         }
         let mut holders = Vec::new();
         for (name, lease) in slots {
+            let bucket = self.index_of(&name).map_or(0, |i| i / BUCKET);
             let attempt = match &lease {
                 None => lease::with_boot(
                     lease::new_held(
@@ -487,6 +500,7 @@ impl RebootSlots {
                     }
                 },
             };
+            let attempt = lease::with_bucket(attempt, bucket);
             let result = if lease.is_some() {
                 self.api
                     .replace(&name, &PostParams::default(), &attempt)
@@ -713,6 +727,11 @@ pub async fn groups_held_by(
 /// How many slots a node in line goes for first (see
 /// [`RebootSlots::near`]).
 pub const NEAR: u32 = 10;
+
+/// How many neighbouring slots make a bucket: a node's two buckets and its
+/// two candidates are its [`NEAR`] slots, give or take the candidates that
+/// fall in its buckets.
+pub const BUCKET: u32 = NEAR / 2;
 
 /// FNV-1a of `bytes` after a `seed` byte: a hash every agent computes the
 /// same, whatever its build (the standard library's may change).

@@ -454,13 +454,28 @@ mod tests {
         for i in 0..100 {
             let node = format!("node-{i:05}");
             let near = s.near(&node);
-            assert_eq!(near.len(), 10);
+            // Its two candidates and its two buckets of five.
+            assert!((10..=12).contains(&near.len()), "{near:?}");
             assert_eq!(near[..2], s.candidates(&node)[..], "its candidates first");
             let mut distinct = near.clone();
             distinct.sort_unstable();
             distinct.dedup();
-            assert_eq!(distinct.len(), 10, "{near:?}");
+            assert_eq!(distinct.len(), near.len(), "{near:?}");
             assert_eq!(near, s.near(&node), "the same on every call");
+            // Its free-slot watch selects exactly its buckets' slots.
+            let selectors = s.watch_selectors(&node);
+            let free = selectors[2].1.as_deref().unwrap();
+            let mut buckets: Vec<String> = near[2..].iter().map(|i| (i / 5).to_string()).collect();
+            buckets.sort();
+            buckets.dedup();
+            let (_, listed) = free.split_once("maintd.io/reboot-bucket in (").unwrap();
+            let mut listed: Vec<String> = listed
+                .trim_end_matches(')')
+                .split(',')
+                .map(str::to_string)
+                .collect();
+            listed.sort();
+            assert_eq!(listed, buckets, "{free}");
             for i in near {
                 per_slot[i as usize] += 1;
             }
