@@ -201,6 +201,7 @@ impl Agent {
         &self,
         ask: &SlotAsk,
         wait: TurnWait,
+        wide: bool,
         stop: &CancellationToken,
         cancel: CancellationToken,
     ) -> (tokio::task::JoinHandle<Option<Taken>>, Arc<AtomicBool>) {
@@ -231,14 +232,13 @@ impl Agent {
                     } else {
                         format!("{}, next in line", ask.what)
                     };
-                    let w = self.slot_waiter(
-                        slots
-                            .clone()
-                            .any_slot(line.as_ref().map_or(0, RebootSlots::size)),
-                        Some(what),
-                        stop,
-                        cancel.clone(),
-                    );
+                    let mut any = slots
+                        .clone()
+                        .any_slot(line.as_ref().map_or(0, RebootSlots::size));
+                    if wide {
+                        any = any.widened();
+                    }
+                    let w = self.slot_waiter(any, Some(what), stop, cancel.clone());
                     Box::pin(async move { w.await.map(Taken::Slot) })
                 }
                 _ => {

@@ -33,6 +33,28 @@ impl Agent {
         }
     }
 
+    /// Whether the nodes in line for `ask`'s slots may take any of them, not
+    /// only their near ones: every node still waiting has a place in line
+    /// (the status writer says so with the order it publishes).
+    pub(super) fn any_slot_now(&self, ask: &crate::trigger::SlotAsk) -> bool {
+        let Some(name) = ask.group.strip_prefix("nm-") else {
+            return false;
+        };
+        let Some(uid) = self
+            .maintenance
+            .index
+            .by_name(name)
+            .and_then(|o| o["metadata"]["uid"].as_str().map(str::to_string))
+        else {
+            return false;
+        };
+        self.writer_lease
+            .by_name(LEASE_NAME)
+            .map(|l| order::read(&l))
+            .and_then(|p| p.get(name).cloned())
+            .is_some_and(|p| p.uid == uid && p.any_slot)
+    }
+
     /// Whether this node's order lets it queue for a turn of `name` now.
     fn order_verdict(&self, name: &str) -> Result<(), String> {
         let node = self.node.by_name(&self.config.node);

@@ -24,6 +24,9 @@ pub(super) struct SlotWait {
     pub(super) ask: SlotAsk,
     /// Waiting for a place in line (`cordonAhead`), not for the slot.
     place: bool,
+    /// Holding a place, waiting for any slot of the group, not only its
+    /// near ones (the end of a rollout: see `RebootSlots::widened`).
+    wide: bool,
     pub(super) task: JoinHandle<Option<Taken>>,
     cancel: CancellationToken,
     /// The waiter has looked for what this node holds already.
@@ -206,10 +209,11 @@ impl Reconciler {
             self.give_back_place();
         }
         let wait_for = waiting.map(|a| (a, line.is_some() && self.place.is_none()));
+        let wide = self.place.is_some() && waiting.is_some_and(|a| self.agent.any_slot_now(a));
         if self
             .slot_taking
             .as_ref()
-            .is_some_and(|w| Some((&w.ask, w.place)) != wait_for)
+            .is_some_and(|w| Some((&w.ask, w.place)) != wait_for || w.wide != wide)
             && let Some(wait) = self.slot_taking.take()
         {
             wait.stop(&self.agent);
@@ -227,10 +231,13 @@ impl Reconciler {
                 (false, true) => TurnWait::SlotAhead,
                 (false, false) => TurnWait::Slot,
             };
-            let (task, looked) = self.agent.wait_for_turn(ask, wait, stop, cancel.clone());
+            let (task, looked) = self
+                .agent
+                .wait_for_turn(ask, wait, wide, stop, cancel.clone());
             self.slot_taking = Some(SlotWait {
                 ask: ask.clone(),
                 place,
+                wide,
                 task,
                 cancel,
                 looked,

@@ -131,6 +131,7 @@ impl Reconciler {
         let mut alert_answers = agent.config.policy.alerts.as_ref().map(|a| a.changes());
         let mut local_changes = agent.local.subscribe();
         let mut progress = agent.progress().subscribe();
+        let mut writer_lease = agent.writer_lease.changes();
         loop {
             // The shutdown first: whether the lock may go is decided from
             // the drain's state on every wake-up.
@@ -162,6 +163,7 @@ impl Reconciler {
             // Until every view has arrived, each one arriving may be what
             // lets an undo of leftovers go ahead: the pods' too.
             let views_pending = !agent.triggers_known();
+            let in_line = self.place.is_some();
             let Reconciler {
                 shutdown,
                 undo,
@@ -182,6 +184,9 @@ impl Reconciler {
                 // The sender lives in the agent, so this never closes.
                 _ = local_changes.changed() => Wake::Look,
                 _ = maintenance_changes.changed() => Wake::Look,
+                // The status writer's Lease says when the nodes in line may
+                // take any slot: it matters only to a node in line.
+                _ = writer_lease.changed(), if in_line => Wake::Look,
                 _ = crate::index::changed_if_any(&mut medik8s_changes) => Wake::Look,
                 _ = crate::index::changed_if_any(&mut alert_answers) => Wake::Look,
                 ev = async {

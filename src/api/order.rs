@@ -82,12 +82,37 @@ pub fn lowest<'a>(
     out
 }
 
+/// How many nodes of the order going now (see [`lowest`]) wait for a
+/// turn of each object (not holding a slot yet), by object name.
+pub fn waiting<'a>(
+    drains: impl IntoIterator<Item = &'a NodeDrainStatus>,
+    lowest: &BTreeMap<String, (i64, usize)>,
+) -> BTreeMap<String, usize> {
+    let mut out: BTreeMap<String, usize> = BTreeMap::new();
+    for d in drains {
+        let Some(name) = d.pending_turn.as_ref().filter(|_| d.waiting.is_some()) else {
+            continue;
+        };
+        if lowest
+            .get(name)
+            .is_some_and(|(low, _)| d.drain_order.clamp(0, MAX_ORDER) <= *low)
+        {
+            *out.entry(name.clone()).or_default() += 1;
+        }
+    }
+    out
+}
+
 /// One object's published order: nodes of this order or lower may take
 /// their turns. The uid tells an object from a later one of the same name.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Published {
     pub uid: String,
     pub order: i64,
+    /// Every node still waiting for a turn fits in the line: the nodes in
+    /// line may take any slot, not only their own (the end of a rollout).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub any_slot: bool,
 }
 
 /// The published orders, by object name.
@@ -111,6 +136,7 @@ pub fn read(lease: &Value) -> Orders {
 /// first seen with turns pending; objects that have none are forgotten.
 pub fn to_publish(
     lowest: &BTreeMap<String, (i64, usize)>,
+    any_slot: &std::collections::BTreeSet<String>,
     uids: &BTreeMap<String, String>,
     published: &Orders,
     pending_since: &mut HashMap<String, tokio::time::Instant>,
@@ -132,6 +158,7 @@ pub fn to_publish(
                 Published {
                     uid: uid.clone(),
                     order: *order,
+                    any_slot: any_slot.contains(name),
                 },
             );
         }
@@ -214,40 +241,65 @@ mod tests {
     #[test]
     fn an_object_is_published_once_its_turns_settled_then_follows_at_once() {
         let settle = Duration::from_secs(10);
+        let none = std::collections::BTreeSet::new();
         let t0 = tokio::time::Instant::now();
         let uids = BTreeMap::from([("roll".to_string(), "u1".to_string())]);
         let mut since = HashMap::new();
         let low = BTreeMap::from([("roll".to_string(), (3, 1))]);
         // Not yet: the lowest nodes may not have reported.
-        let out = to_publish(&low, &uids, &Orders::new(), &mut since, t0, settle);
+        let out = to_publish(&low, &none, &uids, &Orders::new(), &mut since, t0, settle);
         assert!(out.is_empty());
         let later = t0 + Duration::from_secs(5);
-        assert!(to_publish(&low, &uids, &out, &mut since, later, settle).is_empty());
+        assert!(to_publish(&low, &none, &uids, &out, &mut since, later, settle).is_empty());
         let settled = t0 + settle;
-        let out = to_publish(&low, &uids, &out, &mut since, settled, settle);
+        let out = to_publish(&low, &none, &uids, &out, &mut since, settled, settle);
         assert_eq!(
             out["roll"],
             Published {
                 uid: "u1".into(),
-                order: 3
+                order: 3,
+                any_slot: false,
             }
         );
         // Published: a new lowest order goes out at once.
         let low = BTreeMap::from([("roll".to_string(), (4, 2))]);
-        let out = to_publish(&low, &uids, &out, &mut since, settled, settle);
+        let out = to_publish(&low, &none, &uids, &out, &mut since, settled, settle);
         assert_eq!(out["roll"].order, 4);
         // A later object of the same name settles anew.
         let uids2 = BTreeMap::from([("roll".to_string(), "u2".to_string())]);
-        assert!(to_publish(&low, &uids2, &out, &mut since, settled, settle).is_empty());
+        assert!(to_publish(&low, &none, &uids2, &out, &mut since, settled, settle).is_empty());
         // No turn pending: forgotten, and it settles again when turns come.
-        assert!(to_publish(&BTreeMap::new(), &uids, &out, &mut since, settled, settle).is_empty());
+        assert!(
+            to_publish(
+                &BTreeMap::new(),
+                &none,
+                &uids,
+                &out,
+                &mut since,
+                settled,
+                settle
+            )
+            .is_empty()
+        );
         assert!(since.is_empty());
-        assert!(to_publish(&low, &uids, &Orders::new(), &mut since, settled, settle).is_empty());
+        assert!(
+            to_publish(
+                &low,
+                &none,
+                &uids,
+                &Orders::new(),
+                &mut since,
+                settled,
+                settle
+            )
+            .is_empty()
+        );
         // An object the writer does not see is not published.
         let low = BTreeMap::from([("gone".to_string(), (0, 1))]);
         assert!(
             to_publish(
                 &low,
+                &none,
                 &uids,
                 &Orders::new(),
                 &mut since,
@@ -259,12 +311,58 @@ mod tests {
     }
 
     #[test]
+    fn nodes_in_line_may_take_any_slot_once_every_waiting_node_fits_in_the_line() {
+        let mut drains = vec![
+            drain("a", 0, Some("roll")),
+            drain("b", 0, Some("roll")),
+            drain("c", 0, Some("roll")),
+            drain("d", 0, None),
+        ];
+        // a and b wait; c is taking its turn; d has none.
+        for d in &mut drains[..2] {
+            d.waiting = Some("waiting for a drain slot, next in line".into());
+        }
+        drains[3].waiting = Some("waiting for the maintenance window".into());
+        // A node of a later order waiting does not count: it goes later.
+        let mut later = drain("e", 4, Some("roll"));
+        later.waiting = Some("waiting for the nodes of drain order 0".into());
+        drains.push(later);
+        let low = lowest(&drains);
+        assert_eq!(
+            waiting(&drains, &low),
+            BTreeMap::from([("roll".to_string(), 2)])
+        );
+        let uids = BTreeMap::from([("roll".to_string(), "u1".to_string())]);
+        let published = Orders::from([(
+            "roll".to_string(),
+            Published {
+                uid: "u1".into(),
+                order: 0,
+                any_slot: false,
+            },
+        )]);
+        let any = std::collections::BTreeSet::from(["roll".to_string()]);
+        let now = tokio::time::Instant::now();
+        let out = to_publish(
+            &low,
+            &any,
+            &uids,
+            &published,
+            &mut HashMap::new(),
+            now,
+            Duration::from_secs(10),
+        );
+        assert!(out["roll"].any_slot);
+    }
+
+    #[test]
     fn a_node_queues_once_the_published_order_reaches_its_own() {
         let published = Orders::from([(
             "roll".to_string(),
             Published {
                 uid: "u1".into(),
                 order: 2,
+                any_slot: false,
             },
         )]);
         // Order 0 never waits, published or not.
@@ -286,6 +384,7 @@ mod tests {
             Published {
                 uid: "u1".into(),
                 order: 4,
+                any_slot: true,
             },
         )]);
         let text = serde_json::to_string(&orders).unwrap();

@@ -35,6 +35,9 @@ pub struct RebootSlots {
     /// Every slot of the group is a candidate, not two (see
     /// [`Self::any_slot`]).
     any: bool,
+    /// A node in line watches every free slot of the group, not only its
+    /// buckets' (see [`Self::widened`]).
+    wide: bool,
     /// Nodes in line wait for these slots too, and go first (see
     /// [`Self::behind_line`]).
     behind: bool,
@@ -62,6 +65,7 @@ impl RebootSlots {
             control_plane: false,
             boot_id: None,
             any: false,
+            wide: false,
             behind: false,
             line: 0,
             local: Arc::new(tokio::sync::Mutex::new(())),
@@ -105,6 +109,15 @@ impl RebootSlots {
         self
     }
 
+    /// A node in line watching every free slot of the group, not only its
+    /// two buckets': at the end of a rollout, when every node still
+    /// waiting has a place in line, so that the last nodes take whichever
+    /// slot frees rather than wait for their own while others stand empty.
+    pub fn widened(mut self) -> Self {
+        self.wide = true;
+        self
+    }
+
     /// Whether any slot of the group is a candidate ([`Self::any_slot`]).
     pub fn takes_any(&self) -> bool {
         self.any
@@ -145,7 +158,7 @@ impl RebootSlots {
             .collect();
         if self.any {
             let mut free = format!("{},!{}", self.group_selector(), lease::HOLDER_LABEL);
-            if let Some(buckets) = self.buckets(node) {
+            if let Some(buckets) = self.buckets(node).filter(|_| !self.wide) {
                 let [a, b] = buckets;
                 free.push_str(&format!(",{} in ({a},{b})", lease::BUCKET_LABEL));
             }

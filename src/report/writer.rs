@@ -35,7 +35,7 @@ use crate::trigger::maintenance::MaintenanceTrigger;
 
 /// Trims a NodeDrain to what [`aggregate`] and the order read: its
 /// identity, and of its status the node, phase, maintenances, first
-/// blocker, last error, drain order and pending turn.
+/// blocker, last error, drain order, pending turn and whether it waits.
 fn keep_what_aggregates_read(o: &mut Value) {
     let meta = &o["metadata"];
     let mut status = serde_json::Map::new();
@@ -50,6 +50,10 @@ fn keep_what_aggregates_read(o: &mut Value) {
         if let Some(v) = o["status"].get(key) {
             status.insert(key.to_string(), v.clone());
         }
+    }
+    // Whether the node waits for a turn, not why: kept short.
+    if o["status"].get("waiting").is_some_and(|w| !w.is_null()) {
+        status.insert("waiting".into(), Value::String(String::new()));
     }
     if let Some(first) = o["status"]["blockers"].get(0) {
         status.insert("blockers".into(), Value::Array(vec![first.clone()]));
@@ -341,8 +345,28 @@ impl StatusWriter {
         let lease_json = serde_json::to_value(lease).unwrap_or_default();
         let published = order::read(&lease_json);
         let settle = write_every(drains.len()).max(ORDER_SETTLE);
+        // Every node still waiting fits in the line: the nodes in line may
+        // take any slot (see `RebootSlots::widened`).
+        let lowest = order::lowest(&drains);
+        let waiting = order::waiting(&drains, &lowest);
+        let any_slot: std::collections::BTreeSet<String> = self
+            .maintenance
+            .index
+            .all()
+            .iter()
+            .filter_map(|o| {
+                let nm = api::parse(o).ok()?;
+                let name = nm.metadata.name.clone()?;
+                let max = u32::try_from(nm.spec.max_concurrent_drains?).ok()?;
+                let ahead = u32::try_from(nm.spec.cordon_ahead.unwrap_or(0)).unwrap_or(0);
+                let line = crate::trigger::line_size(max, ahead)?;
+                let left = waiting.get(&name).copied().unwrap_or(0);
+                (left <= line as usize).then_some(name)
+            })
+            .collect();
         let publish = order::to_publish(
-            &order::lowest(&drains),
+            &lowest,
+            &any_slot,
             &uids,
             &published,
             &mut h.pending_since,

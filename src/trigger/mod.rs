@@ -83,6 +83,7 @@ impl SlotAsk {
     /// nodes in line take whichever slot frees first.
     pub fn line(&self) -> Option<SlotAsk> {
         let name = self.group.strip_prefix("nm-")?;
+        line_size(self.max, self.ahead)?;
         let (max, what) = if self.ahead > 0 {
             (
                 self.ahead,
@@ -91,7 +92,7 @@ impl SlotAsk {
                     self.what, self.ahead
                 ),
             )
-        } else if self.max > 2 {
+        } else {
             let max = self.max.min(LINE_WITHOUT_CORDON);
             (
                 max,
@@ -100,8 +101,6 @@ impl SlotAsk {
                     self.what
                 ),
             )
-        } else {
-            return None;
         };
         Some(SlotAsk {
             group: format!("{AHEAD_PREFIX}{name}"),
@@ -127,6 +126,18 @@ impl SlotAsk {
 /// hands; each node in line hears of every slot's turns for as long as it
 /// stays there, so more places would mean longer stays.
 pub const LINE_WITHOUT_CORDON: u32 = 100;
+
+/// How many places in line a NodeMaintenance with `max` drain slots and
+/// `cordonAhead: ahead` keeps (see [`SlotAsk::line`]); None: no line.
+pub fn line_size(max: u32, ahead: u32) -> Option<u32> {
+    if ahead > 0 {
+        Some(ahead)
+    } else if max > 2 {
+        Some(max.min(LINE_WITHOUT_CORDON))
+    } else {
+        None
+    }
+}
 
 /// How the groups of places in line begin (see [`SlotAsk::line`]).
 pub const AHEAD_PREFIX: &str = "nm.ahead.";
