@@ -476,6 +476,11 @@ mod tests {
                 .collect();
             listed.sort();
             assert_eq!(listed, buckets, "{free}");
+            // At the end of a rollout it watches every free slot.
+            let wide = s.clone().widened().watch_selectors(&node);
+            let every = wide[2].1.as_deref().unwrap();
+            assert!(!every.contains("reboot-bucket"), "{every}");
+            assert!(every.contains("!maintd.io/reboot-holder"), "{every}");
             for i in near {
                 per_slot[i as usize] += 1;
             }
