@@ -40,19 +40,10 @@ impl Agent {
         let Some(name) = ask.group.strip_prefix("nm-") else {
             return false;
         };
-        let Some(uid) = self
-            .maintenance
-            .index
-            .by_name(name)
-            .and_then(|o| o["metadata"]["uid"].as_str().map(str::to_string))
-        else {
-            return false;
-        };
-        self.writer_lease
-            .by_name(LEASE_NAME)
-            .map(|l| order::read(&l))
-            .and_then(|p| p.get(name).cloned())
-            .is_some_and(|p| p.uid == uid && p.any_slot)
+        let (uid, published) = self.published(name);
+        published
+            .get(name)
+            .is_some_and(|p| Some(&p.uid) == uid.as_ref() && p.any_slot)
     }
 
     /// Whether this node's order lets it queue for a turn of `name` now.
@@ -63,17 +54,23 @@ impl Agent {
         if mine == 0 {
             return Ok(());
         }
+        let (uid, published) = self.published(name);
+        order::gate(mine, name, &uid.unwrap_or_default(), &published)
+    }
+
+    /// The uid of the NodeMaintenance `name` as this agent sees it, and the
+    /// orders the status writer's Lease publishes.
+    fn published(&self, name: &str) -> (Option<String>, order::Orders) {
         let uid = self
             .maintenance
             .index
             .by_name(name)
-            .and_then(|o| o["metadata"]["uid"].as_str().map(str::to_string))
-            .unwrap_or_default();
+            .and_then(|o| o["metadata"]["uid"].as_str().map(str::to_string));
         let published = self
             .writer_lease
             .by_name(LEASE_NAME)
             .map(|l| order::read(&l))
             .unwrap_or_default();
-        order::gate(mine, name, &uid, &published)
+        (uid, published)
     }
 }

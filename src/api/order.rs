@@ -282,32 +282,13 @@ mod tests {
             .is_empty()
         );
         assert!(since.is_empty());
-        assert!(
-            to_publish(
-                &low,
-                &none,
-                &uids,
-                &Orders::new(),
-                &mut since,
-                settled,
-                settle
-            )
-            .is_empty()
-        );
+        let fresh = |low: &BTreeMap<String, (i64, usize)>, since: &mut HashMap<_, _>, at| {
+            to_publish(low, &none, &uids, &Orders::new(), since, at, settle)
+        };
+        assert!(fresh(&low, &mut since, settled).is_empty());
         // An object the writer does not see is not published.
         let low = BTreeMap::from([("gone".to_string(), (0, 1))]);
-        assert!(
-            to_publish(
-                &low,
-                &none,
-                &uids,
-                &Orders::new(),
-                &mut since,
-                settled + settle,
-                settle
-            )
-            .is_empty()
-        );
+        assert!(fresh(&low, &mut since, settled + settle).is_empty());
     }
 
     #[test]
