@@ -335,35 +335,35 @@ impl StatusWriter {
             }
         }
         let drains = h.statuses();
-        let uids: BTreeMap<String, String> = self
-            .maintenance
-            .index
-            .all()
-            .iter()
-            .filter_map(|o| Some((o["metadata"]["name"].as_str()?.to_string(), uid_of(o))))
-            .collect();
         let lease_json = serde_json::to_value(lease).unwrap_or_default();
         let published = order::read(&lease_json);
         let settle = write_every(drains.len()).max(ORDER_SETTLE);
-        // Every node still waiting fits in the line: the nodes in line may
-        // take any slot (see `RebootSlots::widened`).
         let lowest = order::lowest(&drains);
         let waiting = order::waiting(&drains, &lowest);
-        let any_slot: std::collections::BTreeSet<String> = self
-            .maintenance
-            .index
-            .all()
-            .iter()
-            .filter_map(|o| {
-                let nm = api::parse(o).ok()?;
-                let name = nm.metadata.name.clone()?;
+        // One pass over the objects: each one's uid, and whether every node
+        // of it still waiting fits in its line, so that the nodes in line
+        // may take any slot (see `RebootSlots::widened`). Only objects with
+        // turns pending are looked at.
+        let mut uids: BTreeMap<String, String> = BTreeMap::new();
+        let mut any_slot: std::collections::BTreeSet<String> = Default::default();
+        for o in self.maintenance.index.all() {
+            let Some(name) = o["metadata"]["name"].as_str() else {
+                continue;
+            };
+            if !lowest.contains_key(name) {
+                continue;
+            }
+            uids.insert(name.to_string(), uid_of(&o));
+            let fits = api::parse(&o).ok().and_then(|nm| {
                 let max = u32::try_from(nm.spec.max_concurrent_drains?).ok()?;
                 let ahead = u32::try_from(nm.spec.cordon_ahead.unwrap_or(0)).unwrap_or(0);
                 let line = crate::trigger::line_size(max, ahead)?;
-                let left = waiting.get(&name).copied().unwrap_or(0);
-                (left <= line as usize).then_some(name)
-            })
-            .collect();
+                Some(waiting.get(name).copied().unwrap_or(0) <= line as usize)
+            });
+            if fits == Some(true) {
+                any_slot.insert(name.to_string());
+            }
+        }
         let publish = order::to_publish(
             &lowest,
             &any_slot,

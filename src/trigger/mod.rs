@@ -83,23 +83,16 @@ impl SlotAsk {
     /// nodes in line take whichever slot frees first.
     pub fn line(&self) -> Option<SlotAsk> {
         let name = self.group.strip_prefix("nm-")?;
-        line_size(self.max, self.ahead)?;
-        let (max, what) = if self.ahead > 0 {
-            (
-                self.ahead,
-                format!(
-                    "a place in line for {} ({} nodes are cordoned ahead of their turn)",
-                    self.what, self.ahead
-                ),
+        let max = line_size(self.max, self.ahead)?;
+        let what = if self.ahead > 0 {
+            format!(
+                "a place in line for {} ({} nodes are cordoned ahead of their turn)",
+                self.what, self.ahead
             )
         } else {
-            let max = self.max.min(LINE_WITHOUT_CORDON);
-            (
-                max,
-                format!(
-                    "a place in line for {} (the next {max} nodes take whichever slot frees first)",
-                    self.what
-                ),
+            format!(
+                "a place in line for {} (the next {max} nodes take whichever slot frees first)",
+                self.what
             )
         };
         Some(SlotAsk {
