@@ -350,7 +350,17 @@ impl ClusterOps {
             Ok(Ok(_)) => EvictionOutcome::Evicted,
             Ok(Err(kube::Error::Api(s))) => match s.code {
                 404 => EvictionOutcome::Gone,
-                409 => EvictionOutcome::Gone,
+                // The uid precondition: that pod is gone (another took its
+                // name). Any other conflict (the budget changed under the
+                // eviction) is asked again, like a refusal.
+                409 if s.message.contains("Precondition failed")
+                    || s.message.contains("UID in precondition") =>
+                {
+                    EvictionOutcome::Gone
+                }
+                409 => EvictionOutcome::Blocked {
+                    blocker: format!("{}; asking again", s.message),
+                },
                 429 => {
                     let cause = s
                         .details

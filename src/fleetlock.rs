@@ -53,6 +53,10 @@ pub mod kind {
     /// maintenance window, a blocking pod runs, an alert fires); `value`
     /// says which and until when.
     pub const POLICY: &str = "failed_lock_policy";
+    /// The agent has not seen its own Node yet, so it cannot tell which
+    /// slots the node may take (a control-plane node takes its own, behind
+    /// the quorum guard); retry.
+    pub const NODE_UNKNOWN: &str = "failed_lock_node_unknown";
 }
 
 /// The `client_params` of a request.
@@ -190,9 +194,11 @@ pub trait DrainControl: Send + Sync {
 /// slot and drain, unless the agent is told otherwise.
 pub const DEFAULT_REBOOT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
 
-/// Picks the slots for a request's group (the lead maps a control-plane node
-/// to its own group here, e.g. with [`RebootSlots::for_node`]).
-pub type SlotsFor = Box<dyn Fn(&str) -> RebootSlots + Send + Sync>;
+/// Picks the slots for a request's group, when the request comes (the
+/// agent maps a control-plane node to its own group here, with
+/// [`RebootSlots::for_node`]); Err says why it cannot tell yet (the agent
+/// has not seen its Node), and nothing is taken.
+pub type SlotsFor = Box<dyn Fn(&str) -> Result<RebootSlots, String> + Send + Sync>;
 
 /// FleetLock for this node: holds the slot between pre-reboot and
 /// steady-state and keeps it renewed.
@@ -222,7 +228,10 @@ impl<D: DrainControl> FleetLock<D> {
             Ok(p) => p,
             Err(reply) => return reply,
         };
-        let slots = (self.slots_for)(&params.group);
+        let slots = match (self.slots_for)(&params.group) {
+            Ok(slots) => slots,
+            Err(why) => return Reply::new(503, kind::NODE_UNKNOWN, why),
+        };
         let mut held = self.held.lock().await;
         let keep = held
             .as_ref()
@@ -305,14 +314,33 @@ impl<D: DrainControl> FleetLock<D> {
             Err(reply) => return reply,
         };
         let mut held = self.held.lock().await;
-        let slots = (self.slots_for)(&params.group);
+        let slots = match (self.slots_for)(&params.group) {
+            Ok(slots) => slots,
+            Err(why) => return Reply::new(503, kind::NODE_UNKNOWN, why),
+        };
         // Honoured once the node booted since its pre-reboot; before that,
-        // only past the reboot timeout, and said.
+        // only past the reboot timeout, and said. A boot ID not known (not
+        // noted when the slot was taken, or not reported now) proves no
+        // reboot: the request waits as if the node had not rebooted.
+        let held_at = match slots.held_at(&self.node).await {
+            Ok(h) => h,
+            Err(e) => {
+                return Reply::new(
+                    503,
+                    kind::FAILED_UNLOCK,
+                    format!("reading this node's reboot slot: {e}"),
+                );
+            }
+        };
         let mut without_reboot = None;
-        if let (Ok(Some((Some(then), since))), Some(now)) =
-            (slots.held_at(&self.node).await, self.drain.boot_id())
-            && then == now
+        let now = self.drain.boot_id();
+        if let Some((then, since)) = held_at
+            && !matches!((&then, &now), (Some(t), Some(n)) if t != n)
         {
+            let boot = match (&then, &now) {
+                (Some(t), Some(n)) if t == n => format!("boot ID still {n}"),
+                _ => "its boot ID, then or now, is not known".to_string(),
+            };
             let timeout = self.drain.reboot_timeout();
             let until = since.and_then(|t| {
                 t.checked_add(jiff::SignedDuration::try_from(timeout).ok()?)
@@ -324,14 +352,14 @@ impl<D: DrainControl> FleetLock<D> {
                         409,
                         kind::NOT_REBOOTED,
                         format!(
-                            "node {} has not booted since its pre-reboot (boot ID still {now}): it stays drained and keeps its reboot slot until it has, or until {until}",
+                            "node {} has not been seen to boot since its pre-reboot ({boot}): it stays drained and keeps its reboot slot until it has, or until {until}",
                             self.node
                         ),
                     );
                 }
                 _ => {
                     let message = format!(
-                        "FleetLock steady-state from node {} without a reboot (boot ID still {now}) more than {} s after its pre-reboot: the drain is undone and the reboot slot given back",
+                        "FleetLock steady-state from node {} without a reboot seen ({boot}) more than {} s after its pre-reboot: the drain is undone and the reboot slot given back",
                         self.node,
                         timeout.as_secs()
                     );
@@ -368,7 +396,7 @@ impl<D: DrainControl> FleetLock<D> {
     /// from [`groups_held_by`](crate::coordination::groups_held_by).
     /// Returns whether a slot was resumed.
     pub async fn resume(&self, group: &str) -> Result<bool, CoordinationError> {
-        let slots = (self.slots_for)(group);
+        let slots = (self.slots_for)(group).map_err(CoordinationError::NodeUnknown)?;
         if !slots
             .holders(&self.node)
             .await?

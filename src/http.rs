@@ -98,8 +98,10 @@ impl Role {
 /// Who is on the other end of a connection, as the kernel says.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Peer {
-    /// The caller's uid, on the unix socket.
+    /// The caller's uid, on the unix socket (None: the kernel did not say).
     pub uid: Option<u32>,
+    /// The connection came in on the unix socket.
+    pub unix: bool,
 }
 
 /// Where the agent listens.
@@ -425,10 +427,14 @@ impl Endpoint {
 }
 
 /// Whether `peer` may change state: a TCP caller (the FleetLock listener,
-/// loopback only) or, on the unix socket, root or maintd's own user.
+/// loopback only) or, on the unix socket, root or maintd's own user. A
+/// caller on the socket whose uid the kernel did not tell is refused.
 fn may_change_state(peer: Peer) -> bool {
+    if !peer.unix {
+        return true;
+    }
     peer.uid
-        .is_none_or(|uid| uid == 0 || uid == nix::unistd::geteuid().as_raw())
+        .is_some_and(|uid| uid == 0 || uid == nix::unistd::geteuid().as_raw())
 }
 
 /// Opens each listener of `listeners` and serves `endpoint` on it until
@@ -545,7 +551,7 @@ impl Accept for UnixListener {
     async fn next(&self) -> std::io::Result<(Self::Stream, Peer)> {
         let (stream, _) = self.accept().await?;
         let uid = stream.peer_cred().ok().map(|c| c.uid());
-        Ok((stream, Peer { uid }))
+        Ok((stream, Peer { uid, unix: true }))
     }
 }
 

@@ -191,30 +191,33 @@ async fn a_renewing_holder_keeps_its_slot_past_the_lease_duration() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_acquirers_for_one_slot_exactly_one_wins() {
     let sim = common::sim().await;
-    let names = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(sim.client(), NS);
-    for round in 0..30 {
+    for round in 0..20 {
         let group = format!("race-{round}");
         if round % 2 == 1 {
-            // Odd rounds race for an expired slot instead of a missing one.
+            // Odd rounds race for an expired slot instead of a missing one:
+            // its holder died (no renewal since) with a one-second hold.
             let old = slots(&sim, &group, 1, Duration::from_secs(1));
             assert!(old.try_acquire("node-dead").await.unwrap().is_acquired());
-            let lease = names
-                .get(&maintd::coordination::slot_name(&group, 0))
-                .await
-                .unwrap();
-            let mut stale = serde_json::to_value(&lease).unwrap();
-            stale["spec"]["renewTime"] = json!("2020-01-01T00:00:00.000000Z");
-            let stale = serde_json::from_value(stale).unwrap();
-            names
-                .replace(
-                    &maintd::coordination::slot_name(&group, 0),
-                    &PostParams::default(),
-                    &stale,
-                )
-                .await
-                .unwrap();
         }
         let (a, b) = (slots(&sim, &group, 1, LONG), slots(&sim, &group, 1, LONG));
+        if round % 2 == 1 {
+            // Both have watched the dead holder's hold go unrenewed for its
+            // duration: it has lapsed for both.
+            let clock = maintd::coordination::LeaseClock::new();
+            let (a2, b2) = (
+                a.clone().watched_with(&clock),
+                b.clone().watched_with(&clock),
+            );
+            assert!(!a2.try_acquire("node-a").await.unwrap().is_acquired());
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+            let (ra, rb) = tokio::join!(
+                tokio::spawn(async move { a2.try_acquire("node-a").await.unwrap().is_acquired() }),
+                tokio::spawn(async move { b2.try_acquire("node-b").await.unwrap().is_acquired() }),
+            );
+            let winners = [ra.unwrap(), rb.unwrap()].iter().filter(|w| **w).count();
+            assert_eq!(winners, 1, "round {round}: exactly one node holds the slot");
+            continue;
+        }
         let (ra, rb) = tokio::join!(
             tokio::spawn(async move { a.try_acquire("node-a").await.unwrap().is_acquired() }),
             tokio::spawn(async move { b.try_acquire("node-b").await.unwrap().is_acquired() }),
@@ -426,9 +429,14 @@ async fn giving_a_slot_back_stops_trying_once_the_hold_has_lapsed_by_itself() {
         .expect("the release ends once the hold has lapsed");
     sim.state.faults.clear();
     assert!(given_back.is_err(), "{given_back:?}");
-    // The lapsed hold is no hold: the next node takes the slot.
+    // The lapsed hold is no hold: the next node takes the slot, once it
+    // has seen it go unrenewed for its duration itself.
     let b = slots(&sim, "workers", 1, Duration::from_secs(2));
-    assert!(b.try_acquire("node-b").await.unwrap().is_acquired());
+    common::eventually("node-b takes the lapsed slot", || {
+        let b = b.clone();
+        async move { b.try_acquire("node-b").await.unwrap().is_acquired() }
+    })
+    .await;
 }
 
 /// A node waiting behind a holder that died (no release, no renewals)

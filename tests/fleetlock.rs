@@ -38,12 +38,15 @@ async fn set_ready(client: &kube::Client, name: &str, ready: bool) {
         .unwrap();
 }
 
-/// The agent side of FleetLock, faked: drains after `steps` requests.
+/// The agent side of FleetLock, faked: drains after `steps` requests;
+/// its node's boot ID is `boot-<n>` after n reboots (the slots note
+/// `boot-0` when taken).
 struct FakeDrain {
     steps: usize,
     requests: AtomicUsize,
     undos: AtomicUsize,
     reasons: Mutex<Vec<String>>,
+    boots: AtomicUsize,
 }
 
 impl FakeDrain {
@@ -53,7 +56,13 @@ impl FakeDrain {
             requests: AtomicUsize::new(0),
             undos: AtomicUsize::new(0),
             reasons: Mutex::new(vec![]),
+            boots: AtomicUsize::new(0),
         }
+    }
+
+    /// The node boots again.
+    fn reboot(&self) {
+        self.boots.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -72,6 +81,9 @@ impl DrainControl for &FakeDrain {
     async fn undo(&self) -> Result<(), String> {
         self.undos.fetch_add(1, Ordering::SeqCst);
         Ok(())
+    }
+    fn boot_id(&self) -> Option<String> {
+        Some(format!("boot-{}", self.boots.load(Ordering::SeqCst)))
     }
 }
 
@@ -102,7 +114,10 @@ fn fleetlock_with<'a>(
     let client = sim.client();
     FleetLock::new(
         node,
-        Box::new(move |group| RebootSlots::new(client.clone(), NS, group, 1, lease)),
+        Box::new(move |group| {
+            Ok(RebootSlots::new(client.clone(), NS, group, 1, lease)
+                .noting_boot(Some("boot-0".into())))
+        }),
         drain,
         CancellationToken::new(),
     )
@@ -146,11 +161,17 @@ async fn fleetlock_second_node_waits_for_the_first_steady_state() {
         "no drain without a slot"
     );
 
+    // Not rebooted yet: node-a keeps its slot and its drain.
+    let early = a.steady_state(&h, &zincati_body("id-a")).await;
+    assert_eq!(early.kind, fleetlock::kind::NOT_REBOOTED, "{}", early.value);
+    assert_eq!(drain_a.undos.load(Ordering::SeqCst), 0);
+    drain_a.reboot();
     assert!(a.steady_state(&h, &zincati_body("id-a")).await.is_success());
     assert_eq!(drain_a.undos.load(Ordering::SeqCst), 1);
     assert!(b.pre_reboot(&h, &zincati_body("id-b")).await.is_success());
 
     // After a reboot the agent holds no guard: steady-state still frees the slot.
+    drain_b.reboot();
     let b_rebooted = fleetlock(&sim, "node-b", &drain_b);
     assert!(
         b_rebooted
@@ -171,7 +192,16 @@ async fn fleetlock_control_plane_pre_reboot_refused_while_a_peer_is_not_ready() 
     let drain = FakeDrain::after(0);
     let lock = FleetLock::new(
         "cp-1",
-        Box::new(move |group| RebootSlots::for_node(client.clone(), NS, &node, group, 3, LONG)),
+        Box::new(move |group| {
+            Ok(RebootSlots::for_node(
+                client.clone(),
+                NS,
+                &node,
+                group,
+                3,
+                LONG,
+            ))
+        }),
         &drain,
         CancellationToken::new(),
     );
@@ -251,6 +281,7 @@ async fn a_restarted_agent_resumes_renewing_its_slot() {
         );
         // The agent stops here (the node reboots): its renewals end.
     }
+    drain.reboot();
     let after = fleetlock_with(&sim, "node-a", &drain, lease);
     let groups = groups_held_by(sim.client(), NS, "node-a").await.unwrap();
     assert_eq!(groups, ["workers"]);

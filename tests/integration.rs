@@ -19,6 +19,8 @@ mod prometheus;
 mod alerts;
 #[path = "budget_watch.rs"]
 mod budget_watch;
+#[path = "clock_skew.rs"]
+mod clock_skew;
 #[path = "confinement.rs"]
 mod confinement;
 #[path = "coordination.rs"]
@@ -77,6 +79,8 @@ mod plan_cli;
 mod policy;
 #[path = "prometheus_rules.rs"]
 mod prometheus_rules;
+#[path = "reboot_safety.rs"]
+mod reboot_safety;
 #[path = "restart.rs"]
 mod restart;
 #[path = "rolling_reboot.rs"]

@@ -119,6 +119,7 @@ async fn a_maintenance_over_3000_nodes_gets_right_aggregates_of_a_bounded_size()
         writes: Default::default(),
         holding: Default::default(),
         objects: Default::default(),
+        clock: Default::default(),
     };
     tokio::spawn(writer.run(stop.clone()));
     let k_ref = &k;

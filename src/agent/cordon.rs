@@ -53,7 +53,7 @@ impl Reconciler {
 }
 
 /// Whether the node carries maintd's own taint (its drain marked it).
-fn carries(node: &Value, taint: &TaintSpec) -> bool {
+pub(super) fn carries(node: &Value, taint: &TaintSpec) -> bool {
     node["spec"]["taints"].as_array().is_some_and(|ts| {
         ts.iter()
             .any(|t| t["key"] == taint.key.as_str() && t["effect"] == taint.effect.as_str())

@@ -81,12 +81,7 @@ impl DrainControl for AgentDrain {
     }
 
     fn hold(&self) -> Option<String> {
-        let pods = self.agent.drainer.pods.all();
-        let hold = self
-            .agent
-            .config
-            .policy
-            .hold(&pods, jiff::Timestamp::now())?;
+        let hold = self.agent.policy_hold()?;
         Some(match hold.until {
             Some(t) => format!("{} (retry after {t})", hold.reason),
             None => hold.reason,
@@ -115,32 +110,48 @@ impl Agent {
             .map(str::to_string)
     }
 
-    /// What reboot slots are taken with: the client, the agent's namespace
-    /// (where the slot Leases live; `maintd` outside a pod) and this Node.
-    pub(super) fn slot_context(&self) -> (kube::Client, String, Node) {
-        let namespace = self.namespace();
+    /// The slots of `group` (at most `max` holders) this node may take,
+    /// read from its Node as the agent sees it now, when a slot is about
+    /// to be taken: a control-plane node takes the `control-plane` slot,
+    /// behind the quorum guard, and notes its boot ID. Until the agent has
+    /// seen its Node, it takes none: what the node is is not guessed.
+    pub(super) fn slots_for(&self, group: &str, max: u32) -> Result<RebootSlots, String> {
         let node: Node = self
             .node
             .by_name(&self.config.node)
             .and_then(|n| serde_json::from_value((*n).clone()).ok())
-            .unwrap_or_default();
-        (self.drainer.ops.client().clone(), namespace, node)
+            .ok_or_else(|| self.node_unknown())?;
+        Ok(RebootSlots::for_node(
+            self.drainer.ops.client().clone(),
+            &self.namespace(),
+            &node,
+            group,
+            max,
+            DEFAULT_LEASE_DURATION,
+        )
+        .noting_boot(self.boot_id())
+        .watched_with(&self.lease_clock))
+    }
+
+    /// Why nothing that depends on what this node is (control-plane or
+    /// not, its labels, its boot ID) can be decided yet.
+    pub(super) fn node_unknown(&self) -> String {
+        format!(
+            "the agent has not seen its Node {} yet (its watch of the API server has not answered): whether it is a control-plane node is not known, so it takes no slot until it has",
+            self.config.node
+        )
     }
 
     /// The FleetLock handler of this agent, with the reboot slots it held
     /// before a restart (the slot taken for a reboot stays held across it,
     /// until Zincati's steady-state).
     pub(super) fn fleetlock(&self, stop: &CancellationToken) -> Arc<FleetLock<AgentDrain>> {
-        let (client, namespace, node) = self.slot_context();
+        let (client, namespace) = (self.drainer.ops.client().clone(), self.namespace());
         let max = self.config.reboot_slots;
-        let (c, ns) = (client.clone(), namespace.clone());
         let agent = self.clone();
-        // The boot ID is read when a slot is taken: at start the node may
-        // not be known yet.
-        let slots_for = Box::new(move |group: &str| {
-            RebootSlots::for_node(c.clone(), &ns, &node, group, max, DEFAULT_LEASE_DURATION)
-                .noting_boot(agent.boot_id())
-        });
+        // The Node (its role, its boot ID) is read at each request: at
+        // start the agent may not have seen it yet.
+        let slots_for = Box::new(move |group: &str| agent.slots_for(group, max));
         let drain = AgentDrain {
             local: self.local.clone(),
             progress: self.drainer.progress.clone(),
@@ -153,9 +164,16 @@ impl Agent {
             stop.clone(),
         ));
         // In the background: the endpoints must not wait on the API server
-        // (a node booting while the control plane is away).
+        // (a node booting while the control plane is away). Which group a
+        // held slot is resumed in depends on the Node: first, see it.
         let (resume, stop, node) = (fl.clone(), stop.clone(), self.config.node.clone());
+        let view = self.node.clone();
         tokio::spawn(async move {
+            let name = node.clone();
+            tokio::select! {
+                _ = view.wait_until(move |i| i.by_name(&name).is_some()) => {}
+                _ = stop.cancelled() => return,
+            }
             let mut backoff = crate::index::Backoff::with(1_000, 60_000);
             loop {
                 let lookup = tokio::time::timeout(
@@ -204,10 +222,13 @@ impl Agent {
         wide: bool,
         stop: &CancellationToken,
         cancel: CancellationToken,
-    ) -> (tokio::task::JoinHandle<Option<Taken>>, Arc<AtomicBool>) {
+    ) -> Result<(tokio::task::JoinHandle<Option<Taken>>, Arc<AtomicBool>), String> {
         let looked = Arc::new(AtomicBool::new(false));
-        let slots = self.slots_of(ask);
-        let line = self.line(ask).map(|l| self.slots_of(&l));
+        let slots = self.slots_of(ask)?;
+        let line = match self.line(ask) {
+            Some(l) => Some(self.slots_of(&l)?),
+            None => None,
+        };
         let place = wait == TurnWait::Place && line.is_some();
         let waiter: std::pin::Pin<Box<dyn std::future::Future<Output = Option<Taken>> + Send>> =
             match (wait, &line) {
@@ -287,21 +308,12 @@ impl Agent {
             }
             waiter.await
         });
-        (task, looked)
+        Ok((task, looked))
     }
 
-    /// The slots `ask` names, for this node.
-    fn slots_of(&self, ask: &SlotAsk) -> RebootSlots {
-        let (client, namespace, node) = self.slot_context();
-        RebootSlots::for_node(
-            client,
-            &namespace,
-            &node,
-            &ask.group,
-            ask.max,
-            DEFAULT_LEASE_DURATION,
-        )
-        .noting_boot(self.boot_id())
+    /// The slots `ask` names, for this node as the agent sees it now.
+    fn slots_of(&self, ask: &SlotAsk) -> Result<RebootSlots, String> {
+        self.slots_for(&ask.group, ask.max)
     }
 
     /// Waits for a slot of `slots`, saying why in the status meanwhile when
@@ -349,19 +361,36 @@ pub(super) enum TurnWait {
 }
 
 /// The slot of `slots` that `node` holds already, taken up again (renewed
-/// from now on), if any.
+/// from now on), if any. Asked until the API server answers: "could not
+/// tell" is not "holds none", which would undo a turn under way.
 async fn take_up(
     slots: &RebootSlots,
     node: &str,
     renew: &CancellationToken,
     cancel: &CancellationToken,
 ) -> Option<SlotGuard> {
-    if !matches!(slots.held_by(node).await, Ok(true)) || cancel.is_cancelled() {
-        return None;
-    }
-    match slots.acquire_with_renewal(node, renew.clone()).await {
-        Ok(Acquisition::Acquired(g)) => Some(g),
-        _ => None,
+    let mut backoff = crate::index::Backoff::with(500, 10_000);
+    loop {
+        if cancel.is_cancelled() {
+            return None;
+        }
+        let answer = match slots.held_by(node).await {
+            Ok(false) => return None,
+            Ok(true) => slots.acquire_with_renewal(node, renew.clone()).await,
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(Acquisition::Acquired(g)) => return Some(g),
+            // Taken over meanwhile: not this node's any more.
+            Ok(_) => return None,
+            Err(e) => {
+                tracing::warn!(error = %e, group = %slots.group(), "looking for the slot this node holds already; will retry");
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff.next_delay()) => {}
+            _ = cancel.cancelled() => return None,
+        }
     }
 }
 

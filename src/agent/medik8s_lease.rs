@@ -18,7 +18,8 @@ use kube::api::PostParams;
 use tokio_util::sync::CancellationToken;
 
 use super::Agent;
-use crate::coordination::lease::{SlotState, slot_state};
+use crate::coordination::LeaseClock;
+use crate::coordination::lease::SlotState;
 
 /// Where medik8s keeps its Leases, and who node-maintenance-operator is.
 pub const NAMESPACE: &str = "medik8s-leases";
@@ -51,12 +52,15 @@ pub enum Step {
 }
 
 /// The step for a Lease (None: there is none) when the node is (`want`)
-/// or is not held for a medik8s object, at `now`.
-pub fn step(current: Option<&Lease>, want: bool, now: Timestamp) -> Step {
+/// or is not held for a medik8s object, at `now`. Whether another's hold
+/// has lapsed is `clock`'s to say: this agent takes it over only once it
+/// has seen it unrenewed for its duration, whatever the holder's times
+/// read against this node's clock.
+pub fn step(current: Option<&Lease>, clock: &LeaseClock, want: bool, now: Timestamp) -> Step {
     let Some(lease) = current else {
         return if want { Step::Create } else { Step::Keep };
     };
-    let state = slot_state(lease, now);
+    let state = clock.state(lease);
     match (want, state) {
         (false, SlotState::Held { holder, .. }) if holder == HOLDER => Step::Release,
         (false, _) => Step::Keep,
@@ -74,14 +78,21 @@ pub fn step(current: Option<&Lease>, want: bool, now: Timestamp) -> Step {
                 expired: false,
             },
         ) if holder == HOLDER => {
+            // Renewed when it is a quarter old by the time it says, or by
+            // how long this agent has seen it unchanged: a clock set back
+            // since the last renewal must not put the next one off.
             let renewed = lease
                 .spec
                 .as_ref()
                 .and_then(|s| s.renew_time.as_ref())
                 .map(|t| t.0);
+            let limit = SignedDuration::try_from(RENEW_AFTER).unwrap_or_default();
             let fresh = renewed.is_some_and(|t| {
-                now.duration_since(t) < SignedDuration::try_from(RENEW_AFTER).unwrap_or_default()
-            });
+                let age = now.duration_since(t);
+                !age.is_negative() && age < limit
+            }) && clock
+                .unchanged_since(lease)
+                .is_some_and(|since| since.elapsed() < RENEW_AFTER);
             if fresh { Step::Keep } else { Step::Hold }
         }
         (true, _) => Step::Hold,
@@ -108,17 +119,9 @@ pub fn held(current: Option<&Lease>, node: &str, node_uid: &str, now: Timestamp)
         ..OwnerReference::default()
     }]);
     let before = lease.spec.take().unwrap_or_default();
-    let ours = before.holder_identity.as_deref() == Some(HOLDER)
-        && matches!(
-            slot_state(
-                &Lease {
-                    spec: Some(before.clone()),
-                    ..Lease::default()
-                },
-                now
-            ),
-            SlotState::Held { expired: false, .. }
-        );
+    // Held by node-maintenance already (lapsed or not, nobody took it
+    // over): a renewal, not a takeover.
+    let ours = before.holder_identity.as_deref() == Some(HOLDER);
     let transitions = before.lease_transitions.unwrap_or(0);
     lease.spec = Some(LeaseSpec {
         holder_identity: Some(HOLDER.into()),
@@ -162,6 +165,17 @@ impl Agent {
         let mut objects = m.index.changes();
         let mut told: Option<String> = None;
         loop {
+            // Until medik8s' objects are known, "none names this node" may
+            // only mean "not listed yet": a hold is neither taken nor given
+            // back (given back, medik8s' remediation could act on a node
+            // under maintenance).
+            if !m.ready() {
+                tokio::select! {
+                    r = objects.changed() => if r.is_err() { return },
+                    _ = stop.cancelled() => return,
+                }
+                continue;
+            }
             let want =
                 !crate::trigger::medik8s::requests(&m.index.all(), &self.config.node).is_empty();
             let wait = match self.lease_pass(&api, &name, want, &mut told).await {
@@ -208,7 +222,7 @@ impl Agent {
                 .and_then(|n| n["metadata"]["uid"].as_str().map(str::to_string))
                 .ok_or_else(|| "the Node has not been read yet".to_string())
         };
-        let lease = match step(current.as_ref(), want, now) {
+        let lease = match step(current.as_ref(), &self.lease_clock, want, now) {
             Step::Keep => return Ok(true),
             Step::HeldBy(holder) => {
                 let says = format!(
@@ -269,24 +283,35 @@ mod tests {
         }
     }
 
-    #[test]
-    fn what_is_done_with_the_lease() {
+    #[tokio::test(start_paused = true)]
+    async fn what_is_done_with_the_lease() {
         let now = Timestamp::now();
+        let fresh = LeaseClock::new();
         let cases: Vec<(Option<Lease>, bool, Step)> = vec![
             (None, true, Step::Create),
             (None, false, Step::Keep),
             // Ours and fresh: nothing; ours and a quarter old: renewed.
             (Some(lease(Some(HOLDER), Some(60), now)), true, Step::Keep),
             (Some(lease(Some(HOLDER), Some(1000), now)), true, Step::Hold),
-            // Ours but expired, free, or another's expired: taken.
-            (Some(lease(Some(HOLDER), Some(4000), now)), true, Step::Hold),
-            (Some(lease(None, None, now)), true, Step::Hold),
+            // Ours, renewed "in the future" (this node's clock was set
+            // back): renewed, not put off.
             (
-                Some(lease(Some("self-node-remediation"), Some(4000), now)),
+                Some(lease(
+                    Some(HOLDER),
+                    Some(0),
+                    now + SignedDuration::from_hours(2),
+                )),
                 true,
                 Step::Hold,
             ),
-            // Another's valid hold: not taken.
+            (Some(lease(None, None, now)), true, Step::Hold),
+            // Another's hold, however old its times read: not taken by
+            // an agent that has not watched it lapse.
+            (
+                Some(lease(Some("self-node-remediation"), Some(4000), now)),
+                true,
+                Step::HeldBy("self-node-remediation".into()),
+            ),
             (
                 Some(lease(Some("node-healthcheck"), Some(60), now)),
                 true,
@@ -307,11 +332,22 @@ mod tests {
         ];
         for (current, want, expected) in cases {
             assert_eq!(
-                step(current.as_ref(), want, now),
+                step(current.as_ref(), &LeaseClock::new(), want, now),
                 expected,
                 "{current:?} want={want}"
             );
         }
+        // Another's hold this agent has watched go unrenewed for its hour:
+        // taken. Ours, seen unchanged for a quarter of it: renewed.
+        let mut theirs = lease(Some("self-node-remediation"), Some(60), now);
+        theirs.metadata.name = Some("node-n2".into());
+        let ours = lease(Some(HOLDER), Some(60), now);
+        assert_eq!(step(Some(&ours), &fresh, true, now), Step::Keep);
+        step(Some(&theirs), &fresh, true, now);
+        tokio::time::advance(RENEW_AFTER).await;
+        assert_eq!(step(Some(&ours), &fresh, true, now), Step::Hold);
+        tokio::time::advance(DURATION).await;
+        assert_eq!(step(Some(&theirs), &fresh, true, now), Step::Hold);
     }
 
     #[test]
@@ -350,6 +386,10 @@ mod tests {
         let back = given_back(&renewed);
         let spec = back.spec.as_ref().unwrap();
         assert!(spec.holder_identity.is_none() && spec.renew_time.is_none());
-        assert_eq!(step(Some(&back), true, now), Step::Hold, "free again");
+        assert_eq!(
+            step(Some(&back), &LeaseClock::new(), true, now),
+            Step::Hold,
+            "free again"
+        );
     }
 }

@@ -52,6 +52,10 @@ pub struct Agent {
     /// The status writer's Lease, with the rolling maintenances' published
     /// drain order (see [`crate::api::order`]).
     pub writer_lease: Index,
+    /// How long this agent has seen each Lease it coordinates through
+    /// unchanged: what says a hold has lapsed (see
+    /// [`crate::coordination::LeaseClock`]).
+    pub lease_clock: crate::coordination::LeaseClock,
 }
 
 impl Agent {
@@ -94,6 +98,7 @@ impl Agent {
             medik8s: config.medik8s.then(MaintenanceTrigger::medik8s),
             health,
             writer_lease: Index::new(),
+            lease_clock: Default::default(),
             config,
         }
     }
@@ -286,6 +291,7 @@ impl Agent {
             writes: metrics.nodemaintenance_status_writes.clone(),
             holding: metrics.status_writer.clone(),
             objects: metrics.nodemaintenances.clone(),
+            clock: self.lease_clock.clone(),
         };
         tokio::spawn(writer.run(stop.clone()));
         let recorder = crate::report::events::EventRecorder {

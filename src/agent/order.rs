@@ -48,9 +48,15 @@ impl Agent {
 
     /// Whether this node's order lets it queue for a turn of `name` now.
     fn order_verdict(&self, name: &str) -> Result<(), String> {
-        let node = self.node.by_name(&self.config.node);
-        // A bad label counts as 0 (the loop warns of it).
-        let mine = node.and_then(|n| order::of_node(&n).ok()).unwrap_or(0);
+        // Its order is its Node's label: not seen yet, not known.
+        let node = self
+            .node
+            .by_name(&self.config.node)
+            .ok_or_else(|| self.node_unknown())?;
+        // A bad label counts as 0 (the loop warns of it): it changes which
+        // group the node goes with, never how many nodes go at once (the
+        // slots decide that), so it is not held back for a typo.
+        let mine = order::of_node(&node).unwrap_or(0);
         if mine == 0 {
             return Ok(());
         }

@@ -31,6 +31,10 @@ pub(super) struct SlotWait {
     cancel: CancellationToken,
     /// The waiter has looked for what this node holds already.
     looked: Arc<AtomicBool>,
+    /// Whether the node was a control-plane node when the wait started:
+    /// its slots (and the quorum guard) follow from that, so a change of
+    /// role starts the wait again.
+    control_plane: bool,
 }
 
 impl SlotWait {
@@ -62,6 +66,16 @@ impl SlotWait {
 }
 
 impl Agent {
+    /// What the policy holds a planned drain back with now, if anything;
+    /// until the node's pods are listed, a blocking-pod selector holds.
+    pub(super) fn policy_hold(&self) -> Option<Hold> {
+        let pods = &self.drainer.pods;
+        let listed = pods.synced().then(|| pods.all());
+        self.config
+            .policy
+            .hold_if_known(listed.as_deref(), jiff::Timestamp::now())
+    }
+
     /// Says what a planned drain waits for (None: nothing). The status
     /// follows every change of the words; an Event and the gauge follow a
     /// change of what is waited for.
@@ -126,8 +140,7 @@ impl Reconciler {
             self.ask_prometheus(false, stop);
             return (desired, None);
         }
-        let pods = self.agent.drainer.pods.all();
-        let hold = self.agent.config.policy.hold(&pods, jiff::Timestamp::now());
+        let hold = self.agent.policy_hold();
         // Prometheus is asked only while its answer is what decides: not
         // while the window is shut or blocking pods run.
         self.ask_prometheus(
@@ -177,10 +190,26 @@ impl Reconciler {
         held: bool,
         stop: &CancellationToken,
     ) -> Desired {
+        // A slot lost (taken over, or its renewals failing for most of its
+        // hold) is this node's no longer: it stops and waits again (and
+        // takes it up again if nobody took it over).
+        if self.slot.as_ref().is_some_and(|(_, g)| !g.still_held())
+            && let Some((ask, guard)) = self.slot.take()
+        {
+            self.agent.warn(format!(
+                "this node no longer holds {} ({}): its renewals did not land in time or another node took it over; it stops and waits for a slot again",
+                ask.what,
+                guard.slot()
+            ));
+        }
         let ask = desired.slot().cloned();
-        // A drain slot is needed only while there is something to evict:
-        // once drained, it goes to the next node.
-        let ask = ask.filter(|a| !a.release_when_drained || self.something_to_evict(&desired));
+        // A drain slot is needed while there is something to evict, and to
+        // take the node out of scheduling: a node without pods takes its
+        // turn like any other (cordoning is itself a disruption). Once
+        // drained, the slot goes to the next node.
+        let ask = ask.filter(|a| {
+            !a.release_when_drained || self.something_to_evict(&desired) || !self.agent.marked_out()
+        });
         if let Some((have, _)) = &self.slot
             && Some(have) != ask.as_ref()
         {
@@ -210,11 +239,12 @@ impl Reconciler {
         }
         let wait_for = waiting.map(|a| (a, line.is_some() && self.place.is_none()));
         let wide = self.place.is_some() && waiting.is_some_and(|a| self.agent.any_slot_now(a));
-        if self
-            .slot_taking
-            .as_ref()
-            .is_some_and(|w| Some((&w.ask, w.place)) != wait_for || w.wide != wide)
-            && let Some(wait) = self.slot_taking.take()
+        let control_plane = self.agent.is_control_plane_now();
+        if self.slot_taking.as_ref().is_some_and(|w| {
+            Some((&w.ask, w.place)) != wait_for
+                || w.wide != wide
+                || Some(w.control_plane) != control_plane
+        }) && let Some(wait) = self.slot_taking.take()
         {
             wait.stop(&self.agent);
         }
@@ -231,17 +261,28 @@ impl Reconciler {
                 (false, true) => TurnWait::SlotAhead,
                 (false, false) => TurnWait::Slot,
             };
-            let (task, looked) = self
+            match self
                 .agent
-                .wait_for_turn(ask, wait, wide, stop, cancel.clone());
-            self.slot_taking = Some(SlotWait {
-                ask: ask.clone(),
-                place,
-                wide,
-                task,
-                cancel,
-                looked,
-            });
+                .wait_for_turn(ask, wait, wide, stop, cancel.clone())
+            {
+                Ok((task, looked)) => {
+                    self.slot_taking = Some(SlotWait {
+                        ask: ask.clone(),
+                        place,
+                        wide,
+                        task,
+                        cancel,
+                        looked,
+                        control_plane: control_plane.unwrap_or_default(),
+                    });
+                }
+                // The Node not seen yet: nothing is taken, and the loop
+                // looks again when it is.
+                Err(why) => {
+                    self.agent.say_waiting(Some((HoldKind::Slot, why)));
+                    return desired.while_waiting();
+                }
+            }
         }
         if self.place.is_some() && ask.cordons_ahead() {
             desired.cordoned_ahead()
@@ -305,15 +346,17 @@ fn release_in_background(agent: &Agent, guard: SlotGuard, what: &'static str) {
 impl Agent {
     /// The places in line before `ask`'s slot, if its node queues for them:
     /// never a control-plane node, which takes its turn alone whatever the
-    /// object says.
+    /// object says, nor a node not seen yet (it takes nothing).
     pub(super) fn line(&self, ask: &SlotAsk) -> Option<SlotAsk> {
-        let node = self.node.by_name(&self.config.node);
-        let control_plane = node.is_some_and(|n| {
-            n["metadata"]["labels"]
-                .get(crate::coordination::CONTROL_PLANE_LABEL)
-                .is_some()
-        });
-        ask.line().filter(|_| !control_plane)
+        ask.line()
+            .filter(|_| self.is_control_plane_now() == Some(false))
+    }
+
+    /// Whether this node carries the control-plane role label, as the
+    /// agent sees its Node now (None: not seen yet).
+    pub(super) fn is_control_plane_now(&self) -> Option<bool> {
+        let node = self.node.by_name(&self.config.node)?;
+        Some(crate::coordination::is_control_plane_json(&node))
     }
 }
 

@@ -55,9 +55,13 @@ pub(super) struct Reconciler {
     pub(super) place: Option<(SlotAsk, SlotGuard)>,
     medik8s_release: Option<JoinHandle<bool>>,
     release_retry: Option<Instant>,
-    warned_value: Option<String>,
+    /// What the drain taint on the node was warned of (its value, its
+    /// effect), so each is said once while it stays.
+    warned_taint: Vec<String>,
     /// The bad `maintd.io/drain-order` label last warned of.
     warned_order: Option<String>,
+    /// The invalid NodeMaintenance objects last said to hold the node.
+    warned_invalid: Option<String>,
     /// Handling a shutdown while the API server cannot be reached.
     pub(super) offline: Option<super::shutdown::Offline>,
     pub(super) probe: Option<JoinHandle<()>>,
@@ -109,8 +113,9 @@ impl Reconciler {
             place: None,
             medik8s_release: None,
             release_retry: None,
-            warned_value: None,
+            warned_taint: Vec::new(),
             warned_order: None,
+            warned_invalid: None,
             offline: None,
             probe: None,
             probe_not_before: None,
@@ -167,6 +172,7 @@ impl Reconciler {
             let Reconciler {
                 shutdown,
                 undo,
+                slot,
                 slot_taking,
                 medik8s_release,
                 probe,
@@ -205,6 +211,14 @@ impl Reconciler {
                         None => std::future::pending().await,
                     }
                 } => Wake::Slot(r.map(Box::new)),
+                // A slot this node no longer holds (taken over, or not
+                // renewed for most of its hold): the next look gives it up.
+                _ = async {
+                    match slot.as_ref() {
+                        Some((_, guard)) => guard.lost().await,
+                        None => std::future::pending().await,
+                    }
+                } => Wake::Look,
                 r = finished(medik8s_release) => Wake::Medik8s(r),
                 _ = finished(probe) => Wake::Look,
                 _ = finished(recordon) => Wake::Look,
@@ -246,13 +260,21 @@ impl Reconciler {
         let (waited, hold) = self.policy_step(desired, stop);
         desired = self.slot_step(waited, hold.is_some(), stop);
         self.hold = hold;
-        if let Some(node) = agent.node.by_name(&agent.config.node)
-            && let Some(t) = trigger::taint::find(&node, &agent.config.drain_taints)
-            && let Some(w) = t.odd_value_warning()
-            && self.warned_value.as_deref() != Some(w.as_str())
-        {
-            agent.warn(w.clone());
-            self.warned_value = Some(w);
+        if let Some(node) = agent.node.by_name(&agent.config.node) {
+            let warnings = trigger::taint::find(&node, &agent.config.drain_taints)
+                .map(|t| t.warnings())
+                .unwrap_or_default();
+            for w in &warnings {
+                if !self.warned_taint.contains(w) {
+                    agent.warn(w.clone());
+                }
+                // In the status for as long as the taint says it (a new
+                // drain starts its status afresh).
+                if !agent.progress().status().warnings.contains(w) {
+                    agent.progress().update(|st| st.warnings.push(w.clone()));
+                }
+            }
+            self.warned_taint = warnings;
         }
         let bad_order = agent
             .node
@@ -263,10 +285,26 @@ impl Reconciler {
         }
         self.warned_order = bad_order;
         let wanted = desired.active();
+        // Nothing valid asks, but an invalid object may: what it asks is
+        // not known, so nothing more is evicted and nothing is undone
+        // (said only where there is a drain to hold).
+        let holding = self.running.is_some() || agent.has_leftovers();
+        let frozen = (!wanted && holding)
+            .then(|| agent.invalid_holding())
+            .flatten();
+        if frozen.is_some() && frozen != self.warned_invalid {
+            agent.warn(frozen.clone().unwrap_or_default());
+        }
+        self.warned_invalid = frozen.clone();
         match (&mut self.running, wanted) {
             (Some(r), true) if r.desired.same_drain(&desired) => {
                 // The same drain, asked for by other triggers now: it goes on.
                 r.desired = desired;
+            }
+            (Some(_), false) if frozen.is_some() => {
+                if let Some(r) = self.running.take() {
+                    r.stop();
+                }
             }
             (Some(_), _) => {
                 if let Some(r) = self.running.take() {
@@ -290,7 +328,11 @@ impl Reconciler {
                 // Nor while a slot wait still looks for a turn this node
                 // holds already (an agent restarted in the middle of it).
                 let unsure = self.slot_taking.as_ref().is_some_and(|w| w.unsure());
-                if self.undo.is_none() && !unsure && agent.triggers_known() && agent.has_leftovers()
+                if self.undo.is_none()
+                    && !unsure
+                    && frozen.is_none()
+                    && agent.triggers_known()
+                    && agent.has_leftovers()
                 {
                     self.start_undo(stop);
                 }

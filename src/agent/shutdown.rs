@@ -251,9 +251,22 @@ impl Reconciler {
         // their grace.
         let mut earlier_done = now;
         if let Some(stash) = &agent.drainer.stash {
-            for m in stash.stashed_manifests().unwrap_or_default() {
-                if let Some(moved) = moved_at(&m) {
-                    earlier_done = earlier_done.max(later(moved, seconds(m.grace_seconds)));
+            match stash.stashed_manifests() {
+                // Moved when is not known: their grace counts from now.
+                Ok(stashed) => {
+                    for m in stashed {
+                        let moved = moved_at(&m).unwrap_or(now);
+                        earlier_done = earlier_done.max(later(moved, seconds(m.grace_seconds)));
+                    }
+                }
+                // The stash cannot be read (the node helper away): pods it
+                // holds may be within their grace, the kubelet's default
+                // of it at least.
+                Err(_) => {
+                    earlier_done = later(
+                        now,
+                        seconds(crate::drain::static_pods::DEFAULT_GRACE_SECONDS),
+                    );
                 }
             }
             match stash.manifests() {

@@ -21,7 +21,6 @@ use tokio::time::Instant;
 use super::reconcile::Reconciler;
 use crate::api::OnRebootTimeout;
 use crate::api::turns::{self, RebootTurn, TurnState};
-use crate::coordination::{DEFAULT_LEASE_DURATION, RebootSlots};
 use crate::drain::progress::{EventKind, Phase};
 
 /// Pause after a failed write, before the loop tries again.
@@ -232,16 +231,11 @@ impl Reconciler {
         let group = format!("nm-{}", t.object);
         let (uid, slots) = (t.uid.clone(), t.slots);
         let released = self.turns.released.clone();
-        let (client, namespace, node) = agent.slot_context();
+        // The loop looks at turns only once the Node is known.
+        let Ok(slots) = agent.slots_for(&group, slots) else {
+            return;
+        };
         self.turns.task = Some(tokio::spawn(async move {
-            let slots = RebootSlots::for_node(
-                client,
-                &namespace,
-                &node,
-                &group,
-                slots,
-                DEFAULT_LEASE_DURATION,
-            );
             match slots.release(&agent.config.node).await {
                 Ok(_) => mark(&released, uid),
                 Err(e) => {

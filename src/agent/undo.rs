@@ -9,6 +9,29 @@ use super::Agent;
 use crate::cluster::CORDONED_ANNOTATION;
 
 impl Agent {
+    /// Whether maintd has taken the node out of scheduling already: it is
+    /// cordoned and carries maintd's own taint (a drain got that far).
+    pub(super) fn marked_out(&self) -> bool {
+        self.node.by_name(&self.config.node).is_some_and(|n| {
+            n["spec"]["unschedulable"] == true && super::cordon::carries(&n, &self.drainer.taint)
+        })
+    }
+
+    /// Why a drain may not be undone though no valid trigger asks for it:
+    /// an invalid NodeMaintenance that may select this node (see
+    /// [`crate::trigger::maintenance::Evaluation::invalid_selecting`]).
+    pub(super) fn invalid_holding(&self) -> Option<String> {
+        let node = self.node.by_name(&self.config.node)?;
+        let eval = self.maintenance.evaluate(&node);
+        let names = eval.invalid_selecting(&node);
+        (!names.is_empty()).then(|| {
+            format!(
+                "NodeMaintenance {} is not valid and may select this node: what it asks is not known, so maintd evicts nothing more and undoes nothing until it is valid again or deleted (kubectl get nodemaintenance -o yaml shows why in its Valid condition)",
+                names.join(", ")
+            )
+        })
+    }
+
     /// Whether the node or the disk still carry maintd's marks.
     pub(super) fn has_leftovers(&self) -> bool {
         let marked = self

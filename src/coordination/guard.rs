@@ -18,7 +18,17 @@ pub struct SlotGuard {
     slot: String,
     renewing: CancellationToken,
     lost: Arc<AtomicBool>,
+    /// When the hold last landed (taken, or renewed), by this process's
+    /// clock.
+    renewed: Arc<std::sync::Mutex<tokio::time::Instant>>,
+    /// Told when a renewal finds the slot lost.
+    lost_now: Arc<tokio::sync::Notify>,
 }
+
+/// The share of the lease's duration a hold is trusted for after its last
+/// renewal landed: another agent counts it lapsed after the whole duration
+/// from when it saw that renewal, which is no earlier.
+const TRUSTED_SHARE: f64 = 0.8;
 
 impl SlotGuard {
     pub(super) fn start(
@@ -29,6 +39,8 @@ impl SlotGuard {
     ) -> Self {
         let renewing = stop.child_token();
         let lost = Arc::new(AtomicBool::new(false));
+        let renewed = Arc::new(std::sync::Mutex::new(tokio::time::Instant::now()));
+        let lost_now = Arc::new(tokio::sync::Notify::new());
         let period = (slots.lease_duration() / 3).max(Duration::from_millis(100));
         tokio::spawn(renew_until_stopped(
             slots.clone(),
@@ -36,7 +48,7 @@ impl SlotGuard {
             slot.clone(),
             period,
             renewing.clone(),
-            lost.clone(),
+            (lost.clone(), renewed.clone(), lost_now.clone()),
         ));
         SlotGuard {
             slots,
@@ -44,6 +56,8 @@ impl SlotGuard {
             slot,
             renewing,
             lost,
+            renewed,
+            lost_now,
         }
     }
 
@@ -57,10 +71,31 @@ impl SlotGuard {
         self.slots.group()
     }
 
-    /// False once a renewal found the slot taken over or released: the node
-    /// no longer holds it and must not go on as if it did.
+    /// False once a renewal found the slot taken over or released, or once
+    /// no renewal has landed for most of the lease's duration (others may
+    /// be about to take it over): the node must not go on as if it held it.
     pub fn still_held(&self) -> bool {
-        !self.lost.load(Ordering::Relaxed)
+        !self.lost.load(Ordering::Relaxed) && tokio::time::Instant::now() < self.trusted_until()
+    }
+
+    /// Until when the hold is trusted without another renewal landing.
+    fn trusted_until(&self) -> tokio::time::Instant {
+        let last = self
+            .renewed
+            .lock()
+            .map(|t| *t)
+            .unwrap_or_else(|_| tokio::time::Instant::now());
+        crate::bounds::later(last, self.slots.lease_duration().mul_f64(TRUSTED_SHARE))
+    }
+
+    /// Resolves once the hold is no longer [`Self::still_held`].
+    pub async fn lost(&self) {
+        while self.still_held() {
+            tokio::select! {
+                _ = self.lost_now.notified() => {}
+                _ = tokio::time::sleep_until(self.trusted_until()) => {}
+            }
+        }
     }
 
     /// Stops renewing and gives the slot back. A failed attempt (an API
@@ -107,18 +142,28 @@ async fn renew_until_stopped(
     slot: String,
     period: Duration,
     stop: CancellationToken,
-    lost: Arc<AtomicBool>,
+    (lost, renewed, lost_now): (
+        Arc<AtomicBool>,
+        Arc<std::sync::Mutex<tokio::time::Instant>>,
+        Arc<tokio::sync::Notify>,
+    ),
 ) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(period) => {}
         }
+        let asked = tokio::time::Instant::now();
         match slots.renew(&node, &slot).await {
-            Ok(()) => {}
+            Ok(()) => {
+                if let Ok(mut t) = renewed.lock() {
+                    *t = asked;
+                }
+            }
             Err(e @ CoordinationError::Lost { .. }) => {
                 tracing::warn!(error = %e, "reboot slot lost; no longer renewing it");
                 lost.store(true, Ordering::Relaxed);
+                lost_now.notify_one();
                 return;
             }
             // A failed renewal is retried at the next tick; the hold lasts

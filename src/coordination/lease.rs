@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 
@@ -53,32 +53,21 @@ pub fn slot_name(group: &str, index: u32) -> String {
 pub enum SlotState {
     /// Nobody holds it (released, or never held).
     Free,
-    /// `holder` holds it; `expired` when it stopped renewing in time.
+    /// `holder` holds it; `expired` once this agent has seen it go
+    /// unrenewed for its duration (see [`super::observed::LeaseClock`]).
     Held { holder: String, expired: bool },
 }
 
-/// Reads a slot Lease at `now`. A hold without a renew (or acquire) time,
-/// or without a duration, counts as expired: nobody can prove it is alive.
-pub fn slot_state(lease: &Lease, now: Timestamp) -> SlotState {
-    let Some(spec) = &lease.spec else {
-        return SlotState::Free;
-    };
-    let holder = match spec.holder_identity.as_deref() {
-        Some(h) if !h.is_empty() => h.to_string(),
-        _ => return SlotState::Free,
-    };
-    let last = spec
-        .renew_time
-        .as_ref()
-        .or(spec.acquire_time.as_ref())
-        .map(|t| t.0);
-    let expired = match (last, spec.lease_duration_seconds) {
-        (Some(last), Some(secs)) if secs > 0 => {
-            last + SignedDuration::from_secs(i64::from(secs)) < now
-        }
-        _ => true,
-    };
-    SlotState::Held { holder, expired }
+/// The holder `lease` names, if any. Whether that hold has lapsed is not
+/// read from its times against this node's clock (see
+/// [`super::observed::LeaseClock`]).
+pub fn holder(lease: &Lease) -> Option<&str> {
+    lease
+        .spec
+        .as_ref()?
+        .holder_identity
+        .as_deref()
+        .filter(|h| !h.is_empty())
 }
 
 /// Lease duration in whole seconds, at least one, as the Lease field wants it.
@@ -236,13 +225,7 @@ mod tests {
         assert_eq!(spec.renew_time, Some(MicroTime(now)));
         assert_eq!(spec.lease_duration_seconds, Some(300));
         assert_eq!(spec.lease_transitions, Some(1));
-        assert_eq!(
-            slot_state(&l, now),
-            SlotState::Held {
-                holder: "node-a".into(),
-                expired: false
-            }
-        );
+        assert_eq!(holder(&l), Some("node-a"));
     }
 
     #[test]
@@ -252,58 +235,24 @@ mod tests {
     }
 
     #[test]
-    fn slot_states() {
-        let now = at("2026-01-01T00:01:00Z");
-        let held = |h: &str, expired| SlotState::Held {
-            holder: h.into(),
-            expired,
-        };
+    fn the_holder_is_a_named_holder_identity() {
         let cases = [
-            (lease(None, None, None), SlotState::Free),
+            (lease(None, None, None), None),
             (
                 lease(Some(""), Some("2026-01-01T00:00:59Z"), Some(10)),
-                SlotState::Free,
+                None,
             ),
             (
                 lease(Some("a"), Some("2026-01-01T00:00:59Z"), Some(10)),
-                held("a", false),
+                Some("a"),
             ),
-            (
-                lease(Some("a"), Some("2026-01-01T00:00:50Z"), Some(10)),
-                held("a", false),
-            ),
-            (
-                lease(Some("a"), Some("2026-01-01T00:00:49Z"), Some(10)),
-                held("a", true),
-            ),
-            (lease(Some("a"), None, Some(10)), held("a", true)),
-            (
-                lease(Some("a"), Some("2026-01-01T00:00:59Z"), None),
-                held("a", true),
-            ),
-            (
-                lease(Some("a"), Some("2026-01-01T00:00:59Z"), Some(0)),
-                held("a", true),
-            ),
-            // No duration proves nothing, even renewed this very instant
-            // or (a clock ahead of ours) in the future.
-            (
-                lease(Some("a"), Some("2026-01-01T00:01:00Z"), Some(0)),
-                held("a", true),
-            ),
-            (
-                lease(Some("a"), Some("2026-01-01T00:01:30Z"), Some(-5)),
-                held("a", true),
-            ),
+            // Whatever its times say: the clock decides whether it lapsed.
+            (lease(Some("a"), None, None), Some("a")),
         ];
         for (i, (lease, want)) in cases.into_iter().enumerate() {
-            assert_eq!(slot_state(&lease, now), want, "case {i}");
+            assert_eq!(holder(&lease), want, "case {i}");
         }
-        assert_eq!(
-            slot_state(&Lease::default(), now),
-            SlotState::Free,
-            "no spec"
-        );
+        assert_eq!(holder(&Lease::default()), None, "no spec");
     }
 
     #[test]
@@ -318,25 +267,15 @@ mod tests {
         let t0 = at("2026-01-01T00:00:00Z");
         let d = Duration::from_secs(15);
         let fresh = new_held("s", "ns", "g", "node-a", d, t0);
-        assert_eq!(
-            slot_state(&fresh, t0),
-            SlotState::Held {
-                holder: "node-a".into(),
-                expired: false
-            }
-        );
+        assert_eq!(holder(&fresh), Some("node-a"));
         let late = at("2026-01-01T00:00:20Z");
-        assert!(matches!(
-            slot_state(&fresh, late),
-            SlotState::Held { expired: true, .. }
-        ));
         let renewed = renewed(&fresh, at("2026-01-01T00:00:10Z"));
-        assert!(matches!(
-            slot_state(&renewed, late),
-            SlotState::Held { expired: false, .. }
-        ));
+        assert_eq!(
+            renewed.spec.as_ref().and_then(|s| s.renew_time.clone()),
+            Some(MicroTime(at("2026-01-01T00:00:10Z")))
+        );
         let free = released(&renewed);
-        assert_eq!(slot_state(&free, late), SlotState::Free);
+        assert_eq!(holder(&free), None);
         let taken = taken_over(&free, "node-b", d, late);
         assert_eq!(
             taken.spec.as_ref().and_then(|s| s.lease_transitions),

@@ -8,18 +8,21 @@
 //! that was read (of a free or expired one), so when two nodes race for a
 //! slot the apiserver lets exactly one write through and the other gets 409
 //! and tries the next slot. Holders renew every third of the lease
-//! duration; a hold whose `renewTime + leaseDurationSeconds` has passed is
-//! expired and may be taken over, which is how a node that died holding a
-//! slot gives it up. Releasing clears the holder, again guarded.
+//! duration; a hold that this agent has seen unchanged for its
+//! `leaseDurationSeconds`, by its own monotonic clock, is expired and may
+//! be taken over, which is how a node that died holding a slot gives it
+//! up. Releasing clears the holder, again guarded.
 //!
-//! Expiry compares the holder's renewTime with this node's clock: clocks
-//! skewed by more than a fraction of the lease duration shorten or extend
-//! holds, as they do for leader election.
+//! Expiry never compares the holder's renewTime with this node's wall
+//! clock (see [`LeaseClock`]): a node whose clock is wrong (just booted,
+//! not yet synchronised) waits as long as any other before it takes a
+//! slot over, as Kubernetes' leader election does.
 //!
 //! Shutdowns do not take slots: they cannot wait.
 
 mod guard;
 pub(crate) mod lease;
+mod observed;
 mod quorum;
 mod slots;
 mod waiter;
@@ -28,7 +31,11 @@ use std::time::Duration;
 
 pub use guard::SlotGuard;
 pub use lease::{GROUP_LABEL, slot_name};
-pub use quorum::{CONTROL_PLANE_LABEL, is_control_plane, is_ready, not_ready_peers, quorum_guard};
+pub use observed::LeaseClock;
+pub use quorum::{
+    CONTROL_PLANE_LABEL, CONTROL_PLANE_LABELS, is_control_plane, is_control_plane_json, is_ready,
+    not_ready_peers, quorum_guard,
+};
 pub use slots::{RebootSlots, groups_held_by};
 pub use waiter::{Availability, SlotRequest, availability, wait_for_slot};
 
@@ -85,4 +92,7 @@ pub enum CoordinationError {
     Quorum { node: String, message: String },
     #[error("control-plane nodes not Ready: {}; a control-plane node waits until they are", not_ready.join(", "))]
     QuorumBlocked { not_ready: Vec<String> },
+    /// The agent cannot tell which slots its node may take yet.
+    #[error("{0}")]
+    NodeUnknown(String),
 }

@@ -11,12 +11,30 @@ use super::CoordinationError;
 /// The label that marks a control-plane node.
 pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
 
-/// Whether `node` carries the control-plane role label.
+/// Every role label that makes a node a member of the control plane's
+/// quorum: today's, the one clusters set up before Kubernetes 1.24 still
+/// carry, and the etcd role of distributions that run etcd on nodes of
+/// its own (RKE2, k3s).
+pub const CONTROL_PLANE_LABELS: [&str; 3] = [
+    CONTROL_PLANE_LABEL,
+    "node-role.kubernetes.io/master",
+    "node-role.kubernetes.io/etcd",
+];
+
+/// Whether `node` carries a control-plane role label.
 pub fn is_control_plane(node: &Node) -> bool {
     node.metadata
         .labels
         .as_ref()
-        .is_some_and(|l| l.contains_key(CONTROL_PLANE_LABEL))
+        .is_some_and(|l| CONTROL_PLANE_LABELS.iter().any(|k| l.contains_key(*k)))
+}
+
+/// [`is_control_plane`] of a Node as raw JSON.
+pub fn is_control_plane_json(node: &serde_json::Value) -> bool {
+    let labels = &node["metadata"]["labels"];
+    CONTROL_PLANE_LABELS
+        .iter()
+        .any(|k| labels.get(*k).is_some())
 }
 
 /// Whether the Node's Ready condition is True.
@@ -41,27 +59,30 @@ pub fn not_ready_peers(nodes: &[Node], me: &str) -> Vec<String> {
 }
 
 /// Refuses (`QuorumBlocked`) a planned drain of control-plane node `node`
-/// while another control-plane node is NotReady. Other nodes always pass.
-/// One LIST of the control-plane nodes per call: it runs when a planned
-/// drain is about to start, not in a loop.
+/// while another control-plane node is NotReady. Asked only for a node
+/// that takes the control-plane slot, so it checks the peers whatever a
+/// new read of the node itself would say. One LIST of the control-plane
+/// nodes per call: it runs when a planned drain is about to start, not in
+/// a loop.
 pub async fn quorum_guard(client: kube::Client, node: &str) -> Result<(), CoordinationError> {
     let nodes: Api<Node> = Api::all(client);
-    let err = |action: &str, e: kube::Error| CoordinationError::Quorum {
-        node: node.to_string(),
-        message: format!("{action}: {}", crate::client::explain(&e)),
-    };
-    let me = nodes
-        .get_opt(node)
-        .await
-        .map_err(|e| err("reading the node", e))?;
-    if !me.as_ref().is_some_and(is_control_plane) {
-        return Ok(());
+    let mut peers: Vec<Node> = Vec::new();
+    // One small LIST per role label (a selector cannot OR them).
+    for label in CONTROL_PLANE_LABELS {
+        let found = nodes
+            .list(&ListParams::default().labels(label))
+            .await
+            .map_err(|e| CoordinationError::Quorum {
+                node: node.to_string(),
+                message: format!(
+                    "listing the control-plane nodes ({label}): {}",
+                    crate::client::explain(&e)
+                ),
+            })?;
+        peers.extend(found.items);
     }
-    let peers = nodes
-        .list(&ListParams::default().labels(CONTROL_PLANE_LABEL))
-        .await
-        .map_err(|e| err("listing the control-plane nodes", e))?;
-    let not_ready = not_ready_peers(&peers.items, node);
+    let mut not_ready = not_ready_peers(&peers, node);
+    not_ready.dedup();
     if not_ready.is_empty() {
         Ok(())
     } else {
@@ -76,7 +97,9 @@ mod tests {
     fn node(name: &str, control_plane: bool, ready: Option<&str>) -> Node {
         let mut v = serde_json::json!({"metadata": {"name": name, "labels": {}}});
         if control_plane {
-            v["metadata"]["labels"][CONTROL_PLANE_LABEL] = "".into();
+            // Each role label counts, the legacy ones too.
+            let label = CONTROL_PLANE_LABELS[name.len() % CONTROL_PLANE_LABELS.len()];
+            v["metadata"]["labels"][label] = "".into();
         }
         if let Some(status) = ready {
             v["status"]["conditions"] = serde_json::json!([{"type": "Ready", "status": status}]);

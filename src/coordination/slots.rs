@@ -14,6 +14,7 @@ use kube::api::{ListParams, PostParams};
 use super::guard::SlotGuard;
 use super::lease::GROUP_LABEL;
 use super::lease::{self, SlotState};
+use super::observed::LeaseClock;
 use super::quorum::{is_control_plane, quorum_guard};
 use super::{Acquisition, CONTROL_PLANE_GROUP, CoordinationError, Holder};
 
@@ -43,6 +44,9 @@ pub struct RebootSlots {
     behind: bool,
     /// How many places the line before these slots has (0: no line).
     line: u32,
+    /// How long this agent has seen each slot's hold unchanged: what
+    /// decides that a hold has lapsed (see [`LeaseClock`]).
+    clock: LeaseClock,
     local: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -68,8 +72,28 @@ impl RebootSlots {
             wide: false,
             behind: false,
             line: 0,
+            clock: LeaseClock::new(),
             local: Arc::new(tokio::sync::Mutex::new(())),
         }
+    }
+
+    /// Slots judged by `clock`, what this agent has seen of its Leases so
+    /// far: an agent passes its own, so that a hold it has watched lapse
+    /// counts as lapsed wherever it looks at the slot next.
+    pub fn watched_with(mut self, clock: &LeaseClock) -> Self {
+        self.clock = clock.clone();
+        self
+    }
+
+    /// Who holds `lease` now, as this agent has watched it.
+    pub fn state(&self, lease: &Lease) -> SlotState {
+        self.clock.state(lease)
+    }
+
+    /// When `lease`'s hold lapses if nobody renews it (None: it is free
+    /// or lapsed), by this agent's monotonic clock.
+    pub fn expires_at(&self, lease: &Lease) -> Option<tokio::time::Instant> {
+        self.clock.expires_at(lease)
     }
 
     /// The slots `node` must use: a control-plane node (label
@@ -197,15 +221,18 @@ impl RebootSlots {
         &self,
         node: &str,
     ) -> Result<Option<(Option<String>, Option<Timestamp>)>, CoordinationError> {
-        let now = Timestamp::now();
         Ok(self
             .read_candidates(node)
             .await?
             .into_iter()
             .filter_map(|(_, l)| l)
-            .find(|l| matches!(lease::slot_state(l, now), SlotState::Held { ref holder, .. } if holder == node))
+            .find(|l| lease::holder(l) == Some(node))
             .map(|l| {
-                let since = l.spec.as_ref().and_then(|s| s.acquire_time.as_ref()).map(|t| t.0);
+                let since = l
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.acquire_time.as_ref())
+                    .map(|t| t.0);
                 (lease::boot_of(&l).map(str::to_string), since)
             }))
     }
@@ -217,14 +244,13 @@ impl RebootSlots {
     pub async fn held_by(&self, node: &str) -> Result<bool, CoordinationError> {
         let holder = format!("{}={}", lease::HOLDER_LABEL, lease::label_value(node));
         let leases = self.list_group(Some(&holder)).await?;
-        let now = Timestamp::now();
         Ok(leases.iter().any(|l| {
             l.metadata
                 .name
                 .as_deref()
                 .and_then(|n| self.index_of(n))
                 .is_some_and(|i| i < self.max_holders)
-                && matches!(lease::slot_state(l, now), SlotState::Held { ref holder, .. } if holder == node)
+                && lease::holder(l) == Some(node)
         }))
     }
 
@@ -462,8 +488,7 @@ impl RebootSlots {
         let now = Timestamp::now();
         for (name, lease) in &slots {
             if let Some(lease) = lease
-                && let SlotState::Held { holder, .. } = lease::slot_state(lease, now)
-                && holder == node
+                && lease::holder(lease) == Some(node)
             {
                 // Ours even if it lapsed: nobody has taken it over yet.
                 return match self
@@ -502,7 +527,7 @@ impl RebootSlots {
                     ),
                     self.boot_id.as_deref(),
                 ),
-                Some(current) => match lease::slot_state(current, now) {
+                Some(current) => match self.clock.state(current) {
                     SlotState::Free | SlotState::Held { expired: true, .. } => lease::with_boot(
                         lease::taken_over(current, node, self.lease_duration, now),
                         self.boot_id.as_deref(),
@@ -529,8 +554,7 @@ impl RebootSlots {
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     if !self.any
                         && let Ok((_, Some(now_lease))) = self.read_slot(&name).await
-                        && let SlotState::Held { holder, .. } =
-                            lease::slot_state(&now_lease, Timestamp::now())
+                        && let SlotState::Held { holder, .. } = self.clock.state(&now_lease)
                     {
                         holders.push(Holder { holder, slot: name });
                     }
@@ -591,9 +615,7 @@ impl RebootSlots {
                 )
             })?;
             let now = Timestamp::now();
-            let Some(lease) = lease.filter(|l| {
-                matches!(lease::slot_state(l, now), SlotState::Held { ref holder, .. } if holder == node)
-            }) else {
+            let Some(lease) = lease.filter(|l| lease::holder(l) == Some(node)) else {
                 return Err(CoordinationError::Lost {
                     node: node.to_string(),
                     lease: format!("{}/{slot}", self.namespace),
@@ -623,16 +645,11 @@ impl RebootSlots {
     pub async fn release(&self, node: &str) -> Result<bool, CoordinationError> {
         let _local = self.local.lock().await;
         let mut released = false;
-        let now = Timestamp::now();
         let mine: Vec<String> = self
             .read_candidates(node)
             .await?
             .into_iter()
-            .filter(|(_, l)| {
-                l.as_ref().is_some_and(|l| {
-                    matches!(lease::slot_state(l, now), SlotState::Held { ref holder, .. } if holder == node)
-                })
-            })
+            .filter(|(_, l)| l.as_ref().is_some_and(|l| lease::holder(l) == Some(node)))
             .map(|(name, _)| name)
             .collect();
         for name in mine {
@@ -660,11 +677,7 @@ impl RebootSlots {
             else {
                 return Ok(false);
             };
-            let mine = matches!(
-                lease::slot_state(&current, Timestamp::now()),
-                SlotState::Held { ref holder, .. } if holder == node
-            );
-            if !mine {
+            if lease::holder(&current) != Some(node) {
                 return Ok(false);
             }
             match self
@@ -684,20 +697,17 @@ impl RebootSlots {
 
     /// Who holds `node`'s candidate slots now (expired holds excluded).
     pub async fn holders(&self, node: &str) -> Result<Vec<Holder>, CoordinationError> {
-        let now = Timestamp::now();
         Ok(self
             .read_candidates(node)
             .await?
             .into_iter()
-            .filter_map(
-                |(slot, lease)| match lease::slot_state(lease.as_ref()?, now) {
-                    SlotState::Held {
-                        holder,
-                        expired: false,
-                    } => Some(Holder { holder, slot }),
-                    _ => None,
-                },
-            )
+            .filter_map(|(slot, lease)| match self.clock.state(lease.as_ref()?) {
+                SlotState::Held {
+                    holder,
+                    expired: false,
+                } => Some(Holder { holder, slot }),
+                _ => None,
+            })
             .collect())
     }
 }
@@ -723,13 +733,10 @@ pub async fn groups_held_by(
             lease: format!("{namespace}/maintd-reboot-*"),
             message: format!("listing the reboot slots: {}", crate::client::explain(&e)),
         })?;
-    let now = Timestamp::now();
     let mut groups: Vec<String> = leases
         .items
         .iter()
-        .filter(|l| {
-            matches!(lease::slot_state(l, now), SlotState::Held { ref holder, expired: false } if holder == node)
-        })
+        .filter(|l| lease::holder(l) == Some(node))
         .filter_map(|l| l.metadata.labels.as_ref()?.get(lease::GROUP_LABEL).cloned())
         .collect();
     groups.sort();

@@ -10,12 +10,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::lease::{self, SlotState};
+use super::lease::SlotState;
 use super::{Acquisition, Holder, RebootSlots, SlotGuard};
 use crate::index::{Backoff, Index, WatchGuard, WatchTarget, sleep_until};
 
@@ -50,29 +49,27 @@ pub struct Availability {
     pub near_open: bool,
     /// Who holds the slots (unexpired holds).
     pub holders: Vec<Holder>,
-    /// When the first of those holds expires if it is not renewed.
-    pub next_expiry: Option<Timestamp>,
+    /// When the first of those holds expires if it is not renewed, by
+    /// this agent's monotonic clock.
+    pub next_expiry: Option<tokio::time::Instant>,
 }
 
-/// Pure: the slots of `slots` among `leases`, for `node`, at `now`.
-pub fn availability(
-    slots: &RebootSlots,
-    leases: &[Lease],
-    node: &str,
-    now: Timestamp,
-) -> Availability {
+/// The slots of `slots` among `leases`, for `node`, now: each hold judged
+/// by how long this agent has seen it unchanged (see
+/// [`super::LeaseClock`]).
+pub fn availability(slots: &RebootSlots, leases: &[Lease], node: &str) -> Availability {
     let mut open = false;
     let mut near_open = false;
     let mut holders = Vec::new();
-    let mut next_expiry: Option<Timestamp> = None;
+    let mut next_expiry: Option<tokio::time::Instant> = None;
     for (slot, l) in slots.slots_among(node, leases) {
         // Held by another node, unexpired; otherwise open (not created
         // yet, free, lapsed, or already ours after a restart).
-        let other = l.as_ref().and_then(|l| match lease::slot_state(l, now) {
+        let other = l.as_ref().and_then(|l| match slots.state(l) {
             SlotState::Held {
                 holder,
                 expired: false,
-            } if holder != node => Some((holder, expires_at(l))),
+            } if holder != node => Some((holder, slots.expires_at(l))),
             _ => None,
         });
         match other {
@@ -94,14 +91,6 @@ pub fn availability(
         holders,
         next_expiry,
     }
-}
-
-fn expires_at(l: &Lease) -> Option<Timestamp> {
-    let spec = l.spec.as_ref()?;
-    let last = spec.renew_time.as_ref().or(spec.acquire_time.as_ref())?.0;
-    let secs = spec.lease_duration_seconds?;
-    last.checked_add(jiff::SignedDuration::from_secs(i64::from(secs)))
-        .ok()
 }
 
 /// What the waiting is about, for the status: "waiting for a slot of group
@@ -186,7 +175,7 @@ pub async fn wait_for_slot(
     };
     loop {
         let ready = views.iter().all(Index::synced);
-        let view = availability(&slots, &leases(&views), &node, Timestamp::now());
+        let view = availability(&slots, &leases(&views), &node);
         let mut wait_until: Option<tokio::time::Instant> = None;
         if ready && view.open {
             // A random pause: of the nodes that saw the slot open, most
@@ -207,7 +196,7 @@ pub async fn wait_for_slot(
                 return None;
             }
             let mut seen = leases(&views);
-            let now_view = availability(&slots, &seen, &node, Timestamp::now());
+            let now_view = availability(&slots, &seen, &node);
             // A pause for the slots near it does not let it try the others:
             // the nodes they are near go first.
             if !now_view.open || (view.near_open && !now_view.near_open) {
@@ -257,10 +246,9 @@ pub async fn wait_for_slot(
             tell(waiting_message(&slots, &what, &view.holders));
             backoff.reset();
             // A hold that is not renewed expires: look again then.
-            wait_until = view.next_expiry.and_then(|at| {
-                let left = at.duration_since(Timestamp::now()).as_secs_f64().max(0.0);
-                tokio::time::Instant::now().checked_add(Duration::from_secs_f64(left + 1.0))
-            });
+            wait_until = view
+                .next_expiry
+                .map(|at| crate::bounds::later(at, Duration::from_millis(100)));
         } else if let Some(e) = views.iter().find_map(Index::last_error) {
             tell(format!("waiting for {what}: reading the slots: {e}"));
         }
@@ -294,6 +282,7 @@ async fn sleep_or_stop(d: Duration, stop: &CancellationToken) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coordination::lease;
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 
@@ -304,19 +293,31 @@ mod tests {
         RebootSlots::new(client, "maintd", "g", max, Duration::from_secs(300))
     }
 
-    fn held(i: u32, holder: &str, renewed: &str) -> Lease {
+    /// Slot `i` held by `holder`, as written at `version`; its renew
+    /// time says nothing of whether it lapsed (see `LeaseClock`).
+    fn held(i: u32, holder: &str, version: &str) -> Lease {
         Lease {
             metadata: ObjectMeta {
                 name: Some(lease::slot_name("g", i)),
+                resource_version: Some(version.into()),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseSpec {
                 holder_identity: Some(holder.into()),
-                renew_time: Some(MicroTime(renewed.parse().unwrap())),
+                renew_time: Some(MicroTime("2026-01-01T00:59:00Z".parse().unwrap())),
                 lease_duration_seconds: Some(300),
                 ..LeaseSpec::default()
             }),
         }
+    }
+
+    /// `lease`, watched by `slots` unchanged for its whole duration from
+    /// now on: lapsed once the test's paused clock has moved past it.
+    async fn watched_lapse(slots: &RebootSlots, leases: &[&Lease]) {
+        for l in leases {
+            slots.state(l);
+        }
+        tokio::time::advance(Duration::from_secs(301)).await;
     }
 
     #[tokio::test]
@@ -345,17 +346,14 @@ mod tests {
         assert_eq!(slots(2).candidates("n"), [0, 1]);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_slot_is_open_when_missing_free_expired_or_already_ours() {
-        let now: Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
         let s = slots(2);
-        let fresh = "2026-01-01T00:59:00Z";
-        let stale = "2026-01-01T00:50:00Z";
         // One slot not created yet.
-        assert!(availability(&s, &[held(0, "a", fresh)], "n", now).open);
+        assert!(availability(&s, &[held(0, "a", "1")], "n").open);
         // Both held by others, fresh: closed, expiry known.
-        let full = [held(0, "a", fresh), held(1, "b", fresh)];
-        let v = availability(&s, &full, "n", now);
+        let full = [held(0, "a", "1"), held(1, "b", "1")];
+        let v = availability(&s, &full, "n");
         assert!(!v.open);
         // Each holder with its own slot, as the waiting message names them.
         let holder = |h: &str, i: u32| Holder {
@@ -363,34 +361,28 @@ mod tests {
             slot: lease::slot_name("g", i),
         };
         assert_eq!(v.holders, [holder("a", 0), holder("b", 1)]);
-        assert_eq!(v.next_expiry, Some("2026-01-01T01:04:00Z".parse().unwrap()));
-        // One expired.
-        assert!(availability(&s, &[held(0, "a", fresh), held(1, "b", stale)], "n", now).open);
-        // Ours (a restart while holding it).
-        assert!(availability(&s, &[held(0, "a", fresh), held(1, "n", fresh)], "n", now).open);
-        // Leases of other slot numbers do not count.
-        assert!(
-            availability(
-                &s,
-                &[
-                    held(0, "a", fresh),
-                    held(1, "b", fresh),
-                    held(2, "n", fresh)
-                ],
-                "n",
-                now
-            )
-            .holders
-            .len()
-                == 2
+        assert_eq!(
+            v.next_expiry,
+            Some(tokio::time::Instant::now() + Duration::from_secs(300))
         );
+        // Ours (a restart while holding it).
+        assert!(availability(&s, &[held(0, "a", "1"), held(1, "n", "2")], "n").open);
+        // Leases of other slot numbers do not count.
+        let three = [held(0, "a", "1"), held(1, "b", "3"), held(2, "n", "1")];
+        assert_eq!(availability(&s, &three, "n").holders.len(), 2);
+        // One this agent has watched go unrenewed for its duration.
+        let watcher = slots(2);
+        let stale = held(1, "b", "4");
+        watched_lapse(&watcher, &[&stale]).await;
+        assert!(availability(&watcher, &[held(0, "a", "5"), stale.clone()], "n").open);
+        // The same Lease seen by an agent that has not watched it that
+        // long (another agent, or one just started) is held.
+        assert!(!availability(&slots(2), &[held(0, "a", "5"), stale], "n").open);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_node_in_line_may_take_any_slot_of_its_group() {
-        let now: Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
-        let fresh = "2026-01-01T00:59:00Z";
-        let stale = "2026-01-01T00:50:00Z";
+        let fresh = "1";
         let s = slots(5).any_slot(5);
         let c = s.candidates("n");
         let other = (0..5).find(|i| !c.contains(i)).unwrap();
@@ -408,7 +400,7 @@ mod tests {
         // Its candidates held and nothing else shown: the other slots are
         // held too, since the free slots' watch shows none.
         let both = [held(c[0], "a", fresh), held(c[1], "b", fresh)];
-        let v = availability(&s, &both, "n", now);
+        let v = availability(&s, &both, "n");
         assert!(!v.open);
         assert_eq!(v.holders.len(), 2);
         // Another slot given back shows in the free slots' watch: open.
@@ -416,12 +408,14 @@ mod tests {
         free.spec.as_mut().unwrap().holder_identity = None;
         let mut seen = both.to_vec();
         seen.push(free.clone());
-        assert!(availability(&s, &seen, "n", now).open);
-        let v = availability(&s, &seen, "n", now);
+        assert!(availability(&s, &seen, "n").open);
+        let v = availability(&s, &seen, "n");
         assert!(v.open && v.near_open, "five slots: every one is near");
         // A candidate never created, or whose hold lapsed, is open.
-        assert!(availability(&s, &both[..1], "n", now).open);
-        assert!(availability(&s, &[both[0].clone(), held(c[1], "b", stale)], "n", now).open);
+        assert!(availability(&s, &both[..1], "n").open);
+        let stale = held(c[1], "b", "2");
+        watched_lapse(&s, &[&stale]).await;
+        assert!(availability(&s, &[held(c[0], "a", "3"), stale], "n").open);
         // Leases of another group whose name starts the same, or past the
         // group's size, are not its slots.
         let mut elsewhere = free.clone();
@@ -430,7 +424,7 @@ mod tests {
         beyond.metadata.name = Some(lease::slot_name("g", 7));
         let mut seen = both.to_vec();
         seen.extend([elsewhere, beyond]);
-        assert!(!availability(&s, &seen, "n", now).open);
+        assert!(!availability(&s, &seen, "n").open);
         // Its status says no slot is free, not who holds the two it sees.
         assert_eq!(
             waiting_message(&s, "a drain slot, next in line", &v.holders),
@@ -448,7 +442,6 @@ mod tests {
 
     #[tokio::test]
     async fn a_node_in_line_goes_first_for_ten_slots_and_each_slot_has_about_ten() {
-        let now: Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
         let s = slots(100).any_slot(100);
         let mut per_slot = [0u32; 100];
         for i in 0..100 {
@@ -503,9 +496,9 @@ mod tests {
         };
         let fresh = "2026-01-01T00:59:00Z";
         let with = |l: Lease| [held(near[0], "a", fresh), held(near[1], "b", fresh), l];
-        let v = availability(&s, &with(free(near[5])), "n", now);
+        let v = availability(&s, &with(free(near[5])), "n");
         assert!(v.open && v.near_open);
-        let v = availability(&s, &with(free(far)), "n", now);
+        let v = availability(&s, &with(free(far)), "n");
         assert!(v.open && !v.near_open);
         // Tried in that order: its candidates, near slots, then the rest.
         let order: Vec<String> = s

@@ -191,6 +191,24 @@ impl Policy {
     /// What holds a planned drain back at `now`, given the node's pods:
     /// the window first (it says until when), then blocking pods, then
     /// alerts (Prometheus' last answer).
+    /// [`Self::hold`] before the node's pods are listed (None): a
+    /// blocking-pod selector cannot be answered yet, so it holds.
+    pub fn hold_if_known(&self, pods: Option<&[Arc<Value>]>, now: Timestamp) -> Option<Hold> {
+        match pods {
+            Some(pods) => self.hold(pods, now),
+            None if self.blocking.is_empty() => self.hold(&[], now),
+            None => Some(
+                self.hold(&[], now)
+                    .filter(|h| h.kind == HoldKind::Window)
+                    .unwrap_or_else(|| Hold {
+                        kind: HoldKind::BlockingPods,
+                        reason: "the node's pods are not listed yet: whether a pod matching a blocking selector runs on it is not known".into(),
+                        until: None,
+                    }),
+            ),
+        }
+    }
+
     pub fn hold(&self, pods: &[Arc<Value>], now: Timestamp) -> Option<Hold> {
         if let Some((reason, until)) = self.window.as_ref().and_then(|w| w.hold(now)) {
             return Some(Hold {
@@ -256,6 +274,15 @@ mod tests {
             "finished pods do not block"
         );
         assert!(policy.hold(&pods[1..], now).is_none());
+        // Pods not listed yet: not known, so held.
+        let unknown = policy.hold_if_known(None, now).expect("held");
+        assert_eq!(unknown.kind, HoldKind::BlockingPods);
+        assert!(
+            unknown.reason.contains("not listed yet"),
+            "{}",
+            unknown.reason
+        );
+        assert!(policy.hold_if_known(Some(&pods[1..]), now).is_none());
     }
 
     #[test]

@@ -189,6 +189,12 @@ impl StatusReporter {
         let Some(uid) = node["metadata"]["uid"].as_str().map(str::to_string) else {
             return true;
         };
+        // Nor until the NodeMaintenance objects are: a report without the
+        // turns this node still has would let the status writer publish
+        // a higher drain order early.
+        if !self.maintenance.ready() {
+            return true;
+        }
         let eval = self.maintenance.evaluate(&node);
         let mut maintenances: Vec<String> = eval
             .valid

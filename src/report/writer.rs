@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::nodedrain::{NODEDRAINS_PATH, NodeDrainStatus};
 use crate::api::status::{STATUS_WRITER_MANAGER, aggregate, status_apply_body, valid_condition};
 use crate::api::{self, NODEMAINTENANCES_PATH, order};
+use crate::coordination::LeaseClock;
 use crate::coordination::lease::{self as lease_body, SlotState};
 use crate::index::{Index, WatchGuard, WatchTarget, sleep_until};
 use crate::trigger::maintenance::MaintenanceTrigger;
@@ -108,6 +109,9 @@ pub struct StatusWriter {
     pub holding: prometheus_client::metrics::gauge::Gauge,
     /// The NodeMaintenance objects this agent sees.
     pub objects: prometheus_client::metrics::gauge::Gauge,
+    /// Whether the Lease's hold has lapsed, as this agent has watched it
+    /// (see [`LeaseClock`]).
+    pub clock: LeaseClock,
 }
 
 /// The holder looks at the drain order at most this often.
@@ -174,14 +178,20 @@ impl StatusWriter {
                 .and_then(|l| serde_json::from_value::<Lease>((*l).clone()).ok());
             let state = lease
                 .as_ref()
-                .map(|l| lease_body::slot_state(l, Timestamp::now()))
+                .map(|l| self.clock.state(l))
                 .unwrap_or(SlotState::Free);
             let mine = matches!(&state, SlotState::Held { holder, expired: false } if *holder == self.node);
             let mut wake: Option<Instant> = None;
             self.holding.set(i64::from(mine && interested));
             if mine && interested {
                 let h = holding.get_or_insert_with(|| self.start_holding(&stop));
-                let renew_at = lease.as_ref().and_then(renewed_at).map(|t| t + RENEW_EVERY);
+                // From when this agent saw its last renewal land, by its own
+                // clock: not from the time it wrote, which a clock set
+                // back would put far in the future.
+                let renew_at = lease
+                    .as_ref()
+                    .and_then(|l| self.clock.unchanged_since(l))
+                    .map(|t| t + RENEW_EVERY);
                 if renew_at.is_none_or(|t| t <= now) {
                     if let Some(l) = &lease {
                         self.write_lease(lease_body::renewed(l, Timestamp::now()), true)
@@ -235,8 +245,8 @@ impl StatusWriter {
                     // A hold that lapses without a renewal: look again then.
                     wake = lease
                         .as_ref()
-                        .and_then(renewed_at)
-                        .map(|t| t + LEASE_DURATION + Duration::from_secs(1))
+                        .and_then(|l| self.clock.expires_at(l))
+                        .map(|t| t + Duration::from_millis(100))
                         .filter(|t| *t > now);
                 }
             }
@@ -460,16 +470,6 @@ fn uid_of(o: &Value) -> String {
         .or(o["metadata"]["name"].as_str())
         .unwrap_or_default()
         .to_string()
-}
-
-/// When the Lease was last renewed (or taken), as an Instant of this
-/// process (clocks of different nodes compared, as leader election does).
-fn renewed_at(lease: &Lease) -> Option<Instant> {
-    let spec = lease.spec.as_ref()?;
-    let t = spec.renew_time.as_ref().or(spec.acquire_time.as_ref())?.0;
-    let ago = Timestamp::now().duration_since(t);
-    let ago = Duration::try_from(ago).unwrap_or(Duration::ZERO);
-    Instant::now().checked_sub(ago)
 }
 
 #[cfg(test)]

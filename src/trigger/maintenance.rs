@@ -39,6 +39,50 @@ pub struct Evaluation {
     pub valid: Vec<api::NodeMaintenance>,
 }
 
+impl Evaluation {
+    /// The invalid objects that may be asking something of `node`: they
+    /// name it, their selector matches it or cannot be read, or they do
+    /// not decode at all. What they ask is not known, so a drain they may
+    /// hold is not undone on their account.
+    pub fn invalid_selecting(&self, node: &Value) -> Vec<&str> {
+        self.invalid
+            .iter()
+            .filter(|i| may_select(&i.object, node))
+            .map(|i| i.name.as_str())
+            .collect()
+    }
+}
+
+/// Whether the raw object `obj` may select `node` (see
+/// [`Evaluation::invalid_selecting`]).
+fn may_select(obj: &Value, node: &Value) -> bool {
+    let spec = &obj["spec"];
+    if spec["stage"].as_str() == Some("Complete") {
+        return false;
+    }
+    let named = spec["nodeName"].as_str();
+    if named.is_some_and(|n| Some(n) == node["metadata"]["name"].as_str()) {
+        return true;
+    }
+    match spec.get("nodeSelector").filter(|s| !s.is_null()) {
+        None => named.is_none() && !spec.is_object(),
+        Some(raw) => {
+            let labels: std::collections::BTreeMap<String, String> = node["metadata"]["labels"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                        .collect()
+                })
+                .unwrap_or_default();
+            serde_json::from_value(raw.clone())
+                .ok()
+                .and_then(|sel| crate::drain::plan::selector_matches(&sel, &labels).ok())
+                .unwrap_or(true)
+        }
+    }
+}
+
 /// Pure: evaluates raw objects against the node.
 pub fn evaluate(objs: &[Arc<Value>], node: &Value) -> Evaluation {
     let mut out = Evaluation::default();
@@ -211,14 +255,16 @@ impl MaintenanceTrigger {
                     }
                     &mut absent_backoff
                 }
+                // Refused is not absent: objects may exist that this agent
+                // cannot see, and "none asks" would undo a drain they hold.
+                // The trigger stays unknown (nothing is undone, /readyz
+                // says why) until the agent may list them.
                 Ok(Presence::Forbidden(why)) => {
                     let why = format!(
-                        "the {} trigger is off: this agent may not list {} ({why}); grant it in the agent's ClusterRole (see deploy/)",
+                        "the {} trigger is not known: this agent may not list {} ({why}); grant it in the agent's ClusterRole (see deploy/); until then nothing it might hold is undone",
                         self.kind, self.path
                     );
                     tracing::warn!("{why}");
-                    self.absent.send_replace(true);
-                    self.index.touch();
                     self.view().note_error(why);
                     &mut absent_backoff
                 }
@@ -398,6 +444,34 @@ async fn resource_exists(client: &kube::Client, path: &str) -> Result<Presence, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn invalid_objects_that_may_select_the_node_are_named() {
+        let node = json!({"metadata": {"name": "n1", "labels": {"pool": "blue"}}});
+        let objs: Vec<Arc<Value>> = [
+            // Names it, but asks for a stage this agent does not know.
+            json!({"metadata": {"name": "named"}, "spec": {"nodeName": "n1", "stage": "Reboot"}}),
+            // Its selector matches, another field is bad.
+            json!({"metadata": {"name": "matching"}, "spec": {"nodeSelector": {"matchLabels": {"pool": "blue"}}, "stage": "Drain", "maxConcurrentDrains": -1}}),
+            // A selector that cannot be read: it may match.
+            json!({"metadata": {"name": "unreadable"}, "spec": {"nodeSelector": {"matchLabels": 7}, "stage": "Drain"}}),
+            // No spec at all.
+            json!({"metadata": {"name": "no-spec"}, "spec": "garbage"}),
+            // Not this node's.
+            json!({"metadata": {"name": "other-node"}, "spec": {"nodeName": "n2", "stage": "Reboot"}}),
+            json!({"metadata": {"name": "other-pool"}, "spec": {"nodeSelector": {"matchLabels": {"pool": "red"}}, "stage": "Drain", "maxConcurrentDrains": -1}}),
+            json!({"metadata": {"name": "done"}, "spec": {"nodeName": "n1", "stage": "Complete", "maxConcurrentDrains": -1}}),
+        ]
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+        let eval = evaluate(&objs, &node);
+        assert_eq!(eval.invalid.len(), 7, "{:?}", eval.invalid);
+        assert_eq!(
+            eval.invalid_selecting(&node),
+            ["named", "matching", "unreadable", "no-spec"]
+        );
+    }
     use serde_json::json;
 
     fn obj(name: &str, created: &str, spec: Value) -> Arc<Value> {

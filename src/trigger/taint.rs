@@ -35,6 +35,28 @@ impl DrainTaint {
     }
 }
 
+impl DrainTaint {
+    /// A drain taint with the `NoExecute` effect evicts nothing gracefully:
+    /// Kubernetes' taint manager deletes every pod that does not tolerate
+    /// it at once, before maintd can evict in order behind budgets.
+    pub fn no_execute_warning(&self) -> Option<String> {
+        (self.effect == "NoExecute").then(|| {
+            format!(
+                "the drain taint {} has the effect NoExecute: Kubernetes' taint manager deletes every pod that does not tolerate it at once, past PodDisruptionBudgets and out of maintd's order, before maintd evicts anything; use the effect NoSchedule (kubectl taint node <node> {}=:NoSchedule)",
+                self.key, self.key
+            )
+        })
+    }
+
+    /// Every warning this taint calls for.
+    pub fn warnings(&self) -> Vec<String> {
+        [self.odd_value_warning(), self.no_execute_warning()]
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+}
+
 /// The first drain taint on the node, if any. Malformed taint entries are
 /// ignored.
 pub fn find(node: &Value, keys: &[String]) -> Option<DrainTaint> {
@@ -95,5 +117,19 @@ mod tests {
             effect: "NoSchedule".into(),
         };
         assert_eq!(plain.odd_value_warning(), None);
+        assert!(plain.warnings().is_empty());
+    }
+
+    #[test]
+    fn a_no_execute_drain_taint_is_warned_of() {
+        let node = json!({"spec": {"taints": [{"key": "maintd.io/drain", "effect": "NoExecute"}]}});
+        let t = find(&node, &keys()).expect("still a drain request");
+        let w = t.no_execute_warning().expect("warned");
+        assert!(w.contains("NoExecute") && w.contains("NoSchedule"), "{w}");
+        assert_eq!(t.warnings(), [w]);
+        for effect in ["NoSchedule", "PreferNoSchedule"] {
+            let node = json!({"spec": {"taints": [{"key": "maintd.io/drain", "effect": effect}]}});
+            assert_eq!(find(&node, &keys()).unwrap().no_execute_warning(), None);
+        }
     }
 }
