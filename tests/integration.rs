@@ -79,6 +79,8 @@ mod plan_cli;
 mod policy;
 #[path = "prometheus_rules.rs"]
 mod prometheus_rules;
+#[path = "real_drain.rs"]
+mod real_drain;
 #[path = "reboot_safety.rs"]
 mod reboot_safety;
 #[path = "restart.rs"]

@@ -293,7 +293,7 @@ impl Agent {
             objects: metrics.nodemaintenances.clone(),
             clock: self.lease_clock.clone(),
         };
-        tokio::spawn(writer.run(stop.clone()));
+        let writer = tokio::spawn(writer.run(stop.clone()));
         let recorder = crate::report::events::EventRecorder {
             client,
             node: self.config.node.clone(),
@@ -324,6 +324,9 @@ impl Agent {
             self.warn(w.clone());
         }
         reconcile::Reconciler::new(self, shutdown).run(stop).await;
+        // The status writer gives its Lease back as it stops: a bounded
+        // wait for that write.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;
     }
 
     /// The agent's namespace, where its Leases live (`maintd` when it runs

@@ -263,7 +263,15 @@ impl StatusWriter {
                         None => std::future::pending().await,
                     }
                 } => {}
-                _ = stop.cancelled() => return,
+                _ = stop.cancelled() => {
+                    // Given back on the way out, so that another agent
+                    // takes over at once rather than a lease duration
+                    // later (a DaemonSet rollout restarts every agent).
+                    if mine && let Some(l) = &lease {
+                        self.write_lease(lease_body::released(l), true).await;
+                    }
+                    return;
+                }
             }
         }
     }

@@ -6,6 +6,7 @@ pub mod agent;
 pub mod endpoint;
 pub mod kubectl;
 pub mod logind_agent;
+pub mod real;
 pub mod slow_proxy;
 
 use std::time::Duration;

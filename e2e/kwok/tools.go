@@ -1,0 +1,7 @@
+//go:build tools
+
+// Package tools pins the kwok command built by scripts/build-control-plane,
+// so that `go mod tidy` keeps its dependencies.
+package tools
+
+import _ "sigs.k8s.io/kwok/cmd/kwok"
