@@ -41,6 +41,8 @@ mod drain_workloads;
 mod events;
 #[path = "eviction_request_drain.rs"]
 mod eviction_request_drain;
+#[path = "eviction_request_fallback.rs"]
+mod eviction_request_fallback;
 #[path = "faults.rs"]
 mod faults;
 #[path = "fleetlock.rs"]
@@ -81,6 +83,8 @@ mod policy;
 mod prometheus_rules;
 #[path = "real_drain.rs"]
 mod real_drain;
+#[path = "real_maintenance.rs"]
+mod real_maintenance;
 #[path = "reboot_safety.rs"]
 mod reboot_safety;
 #[path = "restart.rs"]
@@ -97,6 +101,8 @@ mod sim_budgets;
 mod sim_controllers;
 #[path = "sim_deployments.rs"]
 mod sim_deployments;
+#[path = "sim_eviction_request_validation.rs"]
+mod sim_eviction_request_validation;
 #[path = "sim_eviction_requests.rs"]
 mod sim_eviction_requests;
 #[path = "sim_nodes.rs"]

@@ -79,7 +79,11 @@ async fn ready_pods(client: &kube::Client, ns: &str, app: &str) -> usize {
 
 /// The fewest pods of app `app` a watch saw Ready at once from now on
 /// (until the task is aborted).
-fn least_ready(client: &kube::Client, ns: &str, app: &str) -> (Arc<Mutex<usize>>, tokio::task::JoinHandle<()>) {
+fn least_ready(
+    client: &kube::Client,
+    ns: &str,
+    app: &str,
+) -> (Arc<Mutex<usize>>, tokio::task::JoinHandle<()>) {
     let least = Arc::new(Mutex::new(usize::MAX));
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let cfg = watcher::Config::default().labels(&format!("app={app}"));
@@ -210,7 +214,10 @@ async fn a_taint_drains_a_real_node_in_priority_order_behind_its_budget() {
     );
     // The budget held: never fewer than 2 web pods Ready.
     let least = *least.lock().unwrap();
-    assert!((2..=3).contains(&least), "the budget broke: {least} Ready at once");
+    assert!(
+        (2..=3).contains(&least),
+        "the budget broke: {least} Ready at once"
+    );
     // The real disruption controller refused what would break it.
     let refused = agent
         .events()
@@ -238,9 +245,11 @@ async fn a_taint_drains_a_real_node_in_priority_order_behind_its_budget() {
     let real_ref = &real;
     let a_ref = a.clone();
     let shown = move |c: &BTreeMap<String, (String, String)>| {
-        c.get("Drained").is_some_and(|(s, r)| s == "True" && r == "DrainCompleted")
+        c.get("Drained")
+            .is_some_and(|(s, r)| s == "True" && r == "DrainCompleted")
             && c.get("DrainInProgress").is_none_or(|(s, _)| s != "True")
-            && c.get("MaintenanceInProgress").is_some_and(|(s, _)| s == "True")
+            && c.get("MaintenanceInProgress")
+                .is_some_and(|(s, _)| s == "True")
             && c.get("Ready").is_some_and(|(s, _)| s == "True")
     };
     let deadline = tokio::time::Instant::now() + PATIENCE;

@@ -43,6 +43,18 @@ struct Recorded {
     written: Instant,
 }
 
+/// The object an Event is about. A Node is named by its name in `uid` too,
+/// as the kubelet names it in its own Events: `kubectl describe node`
+/// finds a Node's Events by the node's uid or by its name there, and by
+/// neither without it.
+fn regarding(kind: &str, name: &str, ns: &str) -> Value {
+    if kind == "Node" {
+        json!({"apiVersion": "v1", "kind": kind, "name": name, "namespace": "", "uid": name})
+    } else {
+        json!({"apiVersion": "v1", "kind": kind, "name": name, "namespace": ns})
+    }
+}
+
 /// What an agent event becomes: (regarding kind, namespace, name, reason,
 /// type, note), or None for events not worth an Event.
 fn translate(
@@ -217,7 +229,7 @@ impl EventRecorder {
                 "reason": reason,
                 "type": type_,
                 "note": note.chars().take(1024).collect::<String>(),
-                "regarding": {"apiVersion": "v1", "kind": kind, "name": name, "namespace": if kind == "Node" { "" } else { ns.as_str() }},
+                "regarding": regarding(kind, &name, &ns),
             });
             if self
                 .call(

@@ -132,10 +132,13 @@ impl Real {
     /// A KWOK node named `name` with `labels`, Ready (KWOK plays its
     /// kubelet and renews its Lease).
     pub async fn node(&self, client: &kube::Client, name: &str, labels: Value) -> Node {
-        let mut all = json!({"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"});
+        let mut all =
+            json!({"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"});
         for (k, v) in labels.as_object().into_iter().flatten() {
             all[k] = v.clone();
         }
+        // Registered with a boot ID, as a kubelet registers its node; KWOK
+        // keeps it, and a test "reboots" the node by changing it.
         let node: Node = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {
@@ -143,6 +146,7 @@ impl Real {
                 "annotations": {"kwok.x-k8s.io/node": "fake"},
                 "labels": all,
             },
+            "status": {"nodeInfo": {"bootID": format!("{name}-boot-1")}},
         }))
         .expect("a Node");
         let api: Api<Node> = Api::all(client.clone());
@@ -153,13 +157,68 @@ impl Real {
         super::eventually_within(&format!("node {name} is Ready"), PATIENCE, || {
             let (api, n) = (api.clone(), n.clone());
             async move {
-                api.get(&n).await.is_ok_and(|node| {
-                    maintd::coordination::is_ready(&node)
-                })
+                api.get(&n)
+                    .await
+                    .is_ok_and(|node| maintd::coordination::is_ready(&node))
             }
         })
         .await;
         api.get(name).await.expect("the node")
+    }
+
+    /// Reboots `node` as the API sees it: its kubelet reports a new boot
+    /// ID (KWOK keeps whatever the Node says). Returns the new boot ID.
+    pub async fn reboot(&self, client: &kube::Client, node: &str) -> String {
+        let api: Api<Node> = Api::all(client.clone());
+        let now = api.get(node).await.expect("the node");
+        let before = now
+            .status
+            .and_then(|s| s.node_info)
+            .map(|i| i.boot_id)
+            .unwrap_or_default();
+        let n: u32 = before
+            .rsplit('-')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1);
+        let boot = format!("{node}-boot-{}", n + 1);
+        let patch = json!({"status": {"nodeInfo": {"bootID": boot}}});
+        api.patch_status(
+            node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(patch),
+        )
+        .await
+        .expect("the node's boot ID changes");
+        boot
+    }
+
+    /// A bare pod `name` bound to `node` (no controller: evicted, it is
+    /// gone), taking `shutdown` seconds to stop.
+    pub async fn pod(
+        &self,
+        client: &kube::Client,
+        ns: &str,
+        name: &str,
+        node: &str,
+        shutdown: u32,
+    ) {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": name, "namespace": ns,
+                "annotations": {"sim.maintd.io/shutdown-seconds": shutdown.to_string()},
+            },
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "app", "image": "registry.example/app:1"}],
+            },
+        }))
+        .expect("a pod");
+        Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap_or_else(|e| panic!("creating pod {ns}/{name}: {e}"));
     }
 
     /// Deletes what a test made of the cluster-wide state: its nodes (and
@@ -225,13 +284,19 @@ fn install_deploy(dir: &Path) -> Result<(), String> {
     let kubeconfig = dir.join("admin.kubeconfig");
     let medik8s_crd = root().join("tests/fixtures/medik8s-crd.yaml");
     let medik8s_crd = medik8s_crd.to_string_lossy().to_string();
-    run(&kubeconfig, &["apply", "--server-side", "--force-conflicts", "-f", &medik8s_crd], None)?;
-    let deploy = root().join("deploy/medik8s");
-    let rendered = run(
+    run(
         &kubeconfig,
-        &["kustomize", &deploy.to_string_lossy()],
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            &medik8s_crd,
+        ],
         None,
     )?;
+    let deploy = root().join("deploy/medik8s");
+    let rendered = run(&kubeconfig, &["kustomize", &deploy.to_string_lossy()], None)?;
     let kept: Vec<&str> = rendered
         .split("\n---\n")
         .filter(|doc| !doc.lines().any(|l| l.trim() == "kind: DaemonSet"))
