@@ -351,9 +351,11 @@ impl ClusterOps {
             Ok(Err(kube::Error::Api(s))) => match s.code {
                 404 => EvictionOutcome::Gone,
                 // The uid precondition: that pod is gone (another took its
-                // name). Any other conflict (the budget changed under the
-                // eviction) is asked again, like a refusal.
-                409 if s.message.contains("Precondition failed")
+                // name); Kubernetes words it "the UID in the precondition
+                // (..) does not match the UID in record". Any other
+                // conflict (the budget changed under the eviction) is
+                // asked again, like a refusal.
+                409 if s.message.contains("UID in the precondition")
                     || s.message.contains("UID in precondition") =>
                 {
                     EvictionOutcome::Gone

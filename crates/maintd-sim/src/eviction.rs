@@ -76,6 +76,25 @@ pub fn evict(sim: &SimState, ns: &str, name: &str, body: &Value) -> Result<(), A
             let pod = store
                 .get(&Gr::pods(), ns, name)
                 .ok_or_else(|| ApiError::not_found(&Gr::pods(), name))?;
+            // The eviction checks its uid precondition itself, in words
+            // of its own (pkg/registry/core/pod/storage/eviction.go), not
+            // the delete's.
+            if let Some(uid) = &opts.uid
+                && uid != meta::uid(&pod)
+            {
+                let gr = Gr {
+                    group: String::new(),
+                    plural: "Pod".into(),
+                };
+                return Err(ApiError::conflict(
+                    &gr,
+                    name,
+                    &format!(
+                        "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
+                        meta::uid(&pod)
+                    ),
+                ));
+            }
             match budget_of(&store, &pod)? {
                 None => break,
                 Some(pdb) => {

@@ -560,8 +560,11 @@ async fn resource(
                 if t.sub.as_deref() == Some("scale") {
                     return Ok((200, scale::patch(sim, &t.def, &ns, name, kind, &patch_body, &writer(headers, query))?));
                 }
+                // An apply that creates its object answers 201 Created, as
+                // a create does.
+                let existed = sim.store().get(&t.def.gr(), &ns, name).is_some();
                 let patched = verbs::patch(sim, &t.def, &ns, name, part, kind, &patch_body, &writer(headers, query))?;
-                Ok((200, (*patched).clone()))
+                Ok((if existed { 200 } else { 201 }, (*patched).clone()))
             }
             (&Method::DELETE, Some(name), None) => {
                 audit.verb = "delete".into();
