@@ -85,6 +85,8 @@ mod prometheus_rules;
 mod real_drain;
 #[path = "real_maintenance.rs"]
 mod real_maintenance;
+#[path = "real_node_parts.rs"]
+mod real_node_parts;
 #[path = "real_parity.rs"]
 mod real_parity;
 #[path = "reboot_safety.rs"]
