@@ -89,6 +89,17 @@ pub struct AgentArgs {
     /// always use the Eviction API (off).
     #[arg(long, env = "MAINTD_EVICTION_REQUESTS", value_enum, default_value_t = crate::drain::eviction_requests::Mode::Auto)]
     pub eviction_requests: crate::drain::eviction_requests::Mode,
+    /// Give up an EvictionRequest that nothing has acted on (no condition,
+    /// no Eviction) after this many seconds, and evict its pod through the
+    /// Eviction API: Kubernetes 1.37 serves the API without the controller
+    /// that acts on requests. A request something acts on is followed as
+    /// long as it takes.
+    #[arg(
+        long,
+        env = "MAINTD_EVICTION_REQUEST_PROGRESS_TIMEOUT",
+        default_value_t = 60.0
+    )]
+    pub eviction_request_progress_timeout_seconds: f64,
     /// Once every pod is gone, wait up to this many seconds for the
     /// volumes the drained pods used to be detached from the node before
     /// it counts as drained (within a shutdown, no longer than its
@@ -164,6 +175,9 @@ pub struct Config {
     pub medik8s: bool,
     /// Whether pods with responders of their own leave by EvictionRequest.
     pub eviction_requests: crate::drain::eviction_requests::Mode,
+    /// How long an EvictionRequest nothing acts on is followed before its
+    /// pod goes through the Eviction API.
+    pub eviction_request_progress_timeout: Duration,
     /// How long a drain waits for its pods' volumes to detach.
     pub volume_detach_timeout: Duration,
     /// How long a FleetLock slot waits for its node's reboot.
@@ -372,6 +386,17 @@ impl AgentArgs {
                 ),
             });
         }
+        // At least a second: a controller that exists gets the time to
+        // answer; at most a day: a drain is not held longer by nothing.
+        if !(1.0..=86_400.0).contains(&self.eviction_request_progress_timeout_seconds) {
+            return Err(ConfigError::Invalid {
+                name: "--eviction-request-progress-timeout-seconds",
+                why: format!(
+                    "{} is not 1 to 86400 seconds",
+                    self.eviction_request_progress_timeout_seconds
+                ),
+            });
+        }
         if !(60.0..=604_800.0).contains(&self.reboot_timeout_seconds) {
             return Err(ConfigError::Invalid {
                 name: "--reboot-timeout-seconds",
@@ -389,6 +414,9 @@ impl AgentArgs {
             api,
             medik8s: self.medik8s,
             eviction_requests: self.eviction_requests,
+            eviction_request_progress_timeout: Duration::from_secs_f64(
+                self.eviction_request_progress_timeout_seconds,
+            ),
             volume_detach_timeout: Duration::from_secs_f64(self.volume_detach_timeout_seconds),
             node_helper: self.node_helper.filter(|p| !p.as_os_str().is_empty()),
             reboot_slots: self.reboot_slots,
@@ -431,6 +459,8 @@ impl Config {
             reboot_slots: 1,
             medik8s: false,
             eviction_requests: Default::default(),
+            eviction_request_progress_timeout:
+                crate::drain::eviction_requests::DEFAULT_PROGRESS_TIMEOUT,
             volume_detach_timeout: crate::drain::executor::DEFAULT_VOLUME_DETACH_TIMEOUT,
             reboot_timeout: crate::fleetlock::DEFAULT_REBOOT_TIMEOUT,
             node_helper: None,
@@ -497,6 +527,23 @@ mod tests {
     }
 
     #[test]
+    fn an_eviction_request_nothing_acts_on_is_followed_for_a_minute_unless_told() {
+        let c = config(&["--node", "n"]).unwrap();
+        assert_eq!(c.eviction_request_progress_timeout, Duration::from_secs(60));
+        let c = config(&[
+            "--node",
+            "n",
+            "--eviction-request-progress-timeout-seconds",
+            "2.5",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.eviction_request_progress_timeout,
+            Duration::from_millis(2500)
+        );
+    }
+
+    #[test]
     fn medik8s_compatibility_is_off_unless_asked_for() {
         let cases: &[(&[&str], bool)] = &[
             (&["--node", "n"], false),
@@ -542,6 +589,15 @@ mod tests {
                 "--api-timeout-seconds",
             ),
         ];
+        for bad in ["0", "0.5", "-1", "NaN", "inf", "86401"] {
+            let flag = format!("--eviction-request-progress-timeout-seconds={bad}");
+            let err = config(&["--node", "n", &flag]).unwrap_err();
+            assert!(
+                err.contains("--eviction-request-progress-timeout-seconds")
+                    && err.contains("1 to 86400 seconds"),
+                "{bad}: {err}"
+            );
+        }
         for (args, want) in cases {
             let err = config(args).unwrap_err();
             assert!(err.contains(want), "{args:?}: {err}");

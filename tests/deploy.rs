@@ -57,7 +57,7 @@ fn typed<T: serde::de::DeserializeOwned>(file: &str, doc: &Value) -> T {
 }
 
 fn pod_spec(ds: &DaemonSet) -> &k8s_openapi::api::core::v1::PodSpec {
-    ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+    ds.spec.template.spec.as_ref().unwrap()
 }
 
 /// The objects `kubectl apply -k deploy/<variant>` would apply, typed.
@@ -699,12 +699,9 @@ fn the_node_confinement_policy_is_bound_to_the_agents_service_account() {
                 .any(|c| c.expression.contains(&format!("'{sa}'"))),
             "deploy/{variant}: the policy matches {sa}"
         );
-        let binding = m.policy_bindings[0].spec.as_ref().unwrap();
-        assert_eq!(binding.policy_name, policy.metadata.name);
-        assert_eq!(
-            binding.validation_actions.as_deref(),
-            Some(&["Deny".to_string()][..])
-        );
+        let binding = &m.policy_bindings[0].spec;
+        assert_eq!(Some(&binding.policy_name), policy.metadata.name.as_ref());
+        assert_eq!(binding.validation_actions, ["Deny"]);
     }
     let old = manifests("without-confinement");
     let base = manifests("");

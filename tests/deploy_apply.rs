@@ -41,7 +41,10 @@ async fn apply_drain(sim: &SimCluster, node: &str, phase: &str, remaining: i32) 
         )
         .await;
         // 201 where the apply created the object, as Kubernetes answers.
-        assert!(code == 200 || (code == 201 && suffix.is_empty()), "{code}: {out}");
+        assert!(
+            code == 200 || (code == 201 && suffix.is_empty()),
+            "{code}: {out}"
+        );
     }
 }
 

@@ -83,6 +83,8 @@ mod policy;
 mod prometheus_rules;
 #[path = "real_drain.rs"]
 mod real_drain;
+#[path = "real_eviction_requests.rs"]
+mod real_eviction_requests;
 #[path = "real_maintenance.rs"]
 mod real_maintenance;
 #[path = "real_node_parts.rs"]
@@ -103,8 +105,12 @@ mod sim_api;
 mod sim_budgets;
 #[path = "sim_controllers.rs"]
 mod sim_controllers;
+#[path = "sim_crd_schema.rs"]
+mod sim_crd_schema;
 #[path = "sim_deployments.rs"]
 mod sim_deployments;
+#[path = "sim_events.rs"]
+mod sim_events;
 #[path = "sim_eviction_request_validation.rs"]
 mod sim_eviction_request_validation;
 #[path = "sim_eviction_requests.rs"]

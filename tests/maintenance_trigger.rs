@@ -39,10 +39,26 @@ async fn without_the_crd_the_trigger_is_ready_with_nothing_to_do() {
 
 /// Installs maintd's NodeMaintenance CRD; its objects.
 async fn with_the_crd(client: &kube::Client) -> Api<DynamicObject> {
+    with_a_crd(client, maintd::api::crd().unwrap()).await
+}
+
+/// The NodeMaintenance CRD as a maintd from before `stage` had an enum
+/// installed it: the API server lets an unknown stage through, and the
+/// trigger has to report it.
+fn crd_without_stage_enum() -> CustomResourceDefinition {
+    let mut crd = serde_json::to_value(maintd::api::crd().unwrap()).unwrap();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["stage"]
+        .as_object_mut()
+        .unwrap()
+        .remove("enum");
+    serde_json::from_value(crd).unwrap()
+}
+
+/// Installs this version of the NodeMaintenance CRD; its objects.
+async fn with_a_crd(client: &kube::Client, crd: CustomResourceDefinition) -> Api<DynamicObject> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &maintd::api::crd().unwrap())
-        .await
-        .unwrap();
+    crds.create(&PostParams::default(), &crd).await.unwrap();
     let ar = ApiResource {
         group: "maintd.io".into(),
         version: "v1alpha1".into(),
@@ -139,7 +155,10 @@ fn stage(trigger: &MaintenanceTrigger) -> Option<String> {
 
 #[tokio::test]
 async fn follows_objects_as_they_are_created_changed_and_deleted() {
-    let (_sim, client, nms) = cluster_with(&[
+    let sim = common::sim().await;
+    let client = sim.client();
+    let nms = with_a_crd(&client, crd_without_stage_enum()).await;
+    for (name, spec) in [
         (
             "unknown-stage",
             json!({"nodeName": "node-a", "stage": "Evacuate"}),
@@ -148,8 +167,9 @@ async fn follows_objects_as_they_are_created_changed_and_deleted() {
             "gpu",
             json!({"nodeSelector": {"matchLabels": {"pool": "gpu"}}, "stage": "Cordon"}),
         ),
-    ])
-    .await;
+    ] {
+        create(&nms, name, spec).await;
+    }
 
     let (trigger, stop) = started(client.clone());
     ready(&trigger, "the first list arrives").await;

@@ -67,7 +67,8 @@ impl Cluster {
         common::install_crds(&client).await;
         maintd::testbed::install_rights(&sim, true).expect("deploy/'s rights");
         let crd = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/medik8s-crd.yaml"),
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/medik8s-crd.yaml"),
         )
         .unwrap();
         let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
@@ -118,7 +119,8 @@ impl Cluster {
             ("app-b", b(), json!({})),
             ("guarded", a(), json!({"app": "guarded"})),
         ] {
-            let pod: Pod = serde_json::from_value(common::pod_json(P, name, &node, labels)).unwrap();
+            let pod: Pod =
+                serde_json::from_value(common::pod_json(P, name, &node, labels)).unwrap();
             pods.create(&Default::default(), &pod).await.unwrap();
         }
         let pdb = json!({
@@ -245,9 +247,7 @@ fn cases() -> Vec<(&'static str, http::Request<Vec<u8>>)> {
                      "acquireTime": "2026-11-25T10:00:00.000000Z", "renewTime": "2026-11-25T10:00:00.000000Z"},
         })
     };
-    let nodedrain = |n: &str| {
-        json!({"apiVersion": "maintd.io/v1alpha1", "kind": "NodeDrain", "metadata": {"name": n}, "spec": {}})
-    };
+    let nodedrain = |n: &str| json!({"apiVersion": "maintd.io/v1alpha1", "kind": "NodeDrain", "metadata": {"name": n}, "spec": {}});
     let eviction = |name: &str, uid: Option<&str>| {
         let mut e = json!({"apiVersion": "policy/v1", "kind": "Eviction",
                            "metadata": {"name": name, "namespace": P}});
@@ -260,47 +260,280 @@ fn cases() -> Vec<(&'static str, http::Request<Vec<u8>>)> {
     let pods = format!("/api/v1/namespaces/{P}/pods");
     vec![
         // Its views: its node by name, its pods by node, budgets.
-        ("its node", request("GET", &format!("{nodes}/{a}"), JSON, Value::Null)),
-        ("its node, listed by name", request("GET", &format!("{nodes}?fieldSelector=metadata.name%3D{a}"), JSON, Value::Null)),
-        ("its pods, by node", request("GET", &format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{a}"), JSON, Value::Null)),
-        ("budgets", request("GET", &format!("/apis/policy/v1/namespaces/{P}/poddisruptionbudgets"), JSON, Value::Null)),
-        ("NodeMaintenance objects", request("GET", "/apis/maintd.io/v1alpha1/nodemaintenances", JSON, Value::Null)),
+        (
+            "its node",
+            request("GET", &format!("{nodes}/{a}"), JSON, Value::Null),
+        ),
+        (
+            "its node, listed by name",
+            request(
+                "GET",
+                &format!("{nodes}?fieldSelector=metadata.name%3D{a}"),
+                JSON,
+                Value::Null,
+            ),
+        ),
+        (
+            "its pods, by node",
+            request(
+                "GET",
+                &format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{a}"),
+                JSON,
+                Value::Null,
+            ),
+        ),
+        (
+            "budgets",
+            request(
+                "GET",
+                &format!("/apis/policy/v1/namespaces/{P}/poddisruptionbudgets"),
+                JSON,
+                Value::Null,
+            ),
+        ),
+        (
+            "NodeMaintenance objects",
+            request(
+                "GET",
+                "/apis/maintd.io/v1alpha1/nodemaintenances",
+                JSON,
+                Value::Null,
+            ),
+        ),
         // Cordon and taint.
-        ("cordon its node", request("PATCH", &format!("{nodes}/{a}"), MERGE, json!({"spec": {"unschedulable": true}}))),
-        ("cordon another node", request("PATCH", &format!("{nodes}/{b}"), MERGE, json!({"spec": {"unschedulable": true}}))),
-        ("taint guarded by a stale resourceVersion", request("PATCH", &format!("{nodes}/{a}"), MERGE,
-            json!({"metadata": {"resourceVersion": "1"}, "spec": {"taints": [{"key": "maintd.io/draining", "effect": "NoSchedule"}]}}))),
-        ("label its node", request("PATCH", &format!("{nodes}/{a}"), MERGE, json!({"metadata": {"labels": {"role": "db"}}}))),
-        ("another's annotation on its node", request("PATCH", &format!("{nodes}/{a}"), MERGE, json!({"metadata": {"annotations": {"example.io/x": "1"}}}))),
-        ("its own annotation", request("PATCH", &format!("{nodes}/{a}"), MERGE, json!({"metadata": {"annotations": {"maintd.io/cordoned": "true"}}}))),
-        ("another's taint on its node", request("PATCH", &format!("{nodes}/{a}"), MERGE,
-            json!({"spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoExecute"}]}}))),
+        (
+            "cordon its node",
+            request(
+                "PATCH",
+                &format!("{nodes}/{a}"),
+                MERGE,
+                json!({"spec": {"unschedulable": true}}),
+            ),
+        ),
+        (
+            "cordon another node",
+            request(
+                "PATCH",
+                &format!("{nodes}/{b}"),
+                MERGE,
+                json!({"spec": {"unschedulable": true}}),
+            ),
+        ),
+        (
+            "taint guarded by a stale resourceVersion",
+            request(
+                "PATCH",
+                &format!("{nodes}/{a}"),
+                MERGE,
+                json!({"metadata": {"resourceVersion": "1"}, "spec": {"taints": [{"key": "maintd.io/draining", "effect": "NoSchedule"}]}}),
+            ),
+        ),
+        (
+            "label its node",
+            request(
+                "PATCH",
+                &format!("{nodes}/{a}"),
+                MERGE,
+                json!({"metadata": {"labels": {"role": "db"}}}),
+            ),
+        ),
+        (
+            "another's annotation on its node",
+            request(
+                "PATCH",
+                &format!("{nodes}/{a}"),
+                MERGE,
+                json!({"metadata": {"annotations": {"example.io/x": "1"}}}),
+            ),
+        ),
+        (
+            "its own annotation",
+            request(
+                "PATCH",
+                &format!("{nodes}/{a}"),
+                MERGE,
+                json!({"metadata": {"annotations": {"maintd.io/cordoned": "true"}}}),
+            ),
+        ),
+        (
+            "another's taint on its node",
+            request(
+                "PATCH",
+                &format!("{nodes}/{a}"),
+                MERGE,
+                json!({"spec": {"taints": [{"key": "dedicated", "value": "db", "effect": "NoExecute"}]}}),
+            ),
+        ),
         // Conditions.
-        ("its condition", request("PATCH", &format!("{nodes}/{a}/status?fieldManager=maintd&force=true"), APPLY, condition("MaintdDrain"))),
-        ("a lifecycle condition", request("PATCH", &format!("{nodes}/{a}/status?fieldManager=maintd&force=true"), APPLY, condition("DrainInProgress"))),
-        ("a condition on another node", request("PATCH", &format!("{nodes}/{b}/status?fieldManager=maintd&force=true"), APPLY, condition("MaintdDrain"))),
-        ("another's condition type", request("PATCH", &format!("{nodes}/{a}/status?fieldManager=maintd&force=true"), APPLY, condition("DiskPressure"))),
+        (
+            "its condition",
+            request(
+                "PATCH",
+                &format!("{nodes}/{a}/status?fieldManager=maintd&force=true"),
+                APPLY,
+                condition("MaintdDrain"),
+            ),
+        ),
+        (
+            "a lifecycle condition",
+            request(
+                "PATCH",
+                &format!("{nodes}/{a}/status?fieldManager=maintd&force=true"),
+                APPLY,
+                condition("DrainInProgress"),
+            ),
+        ),
+        (
+            "a condition on another node",
+            request(
+                "PATCH",
+                &format!("{nodes}/{b}/status?fieldManager=maintd&force=true"),
+                APPLY,
+                condition("MaintdDrain"),
+            ),
+        ),
+        (
+            "another's condition type",
+            request(
+                "PATCH",
+                &format!("{nodes}/{a}/status?fieldManager=maintd&force=true"),
+                APPLY,
+                condition("DiskPressure"),
+            ),
+        ),
         // Evictions and deletions.
-        ("evict a pod of a stale uid", request("POST", &format!("{pods}/app-a/eviction"), JSON, eviction("app-a", Some("00000000-0000-0000-0000-000000000000")))),
-        ("evict a pod that is not there", request("POST", &format!("{pods}/gone/eviction"), JSON, eviction("gone", None))),
-        ("evict a pod its budget protects", request("POST", &format!("{pods}/guarded/eviction"), JSON, eviction("guarded", None))),
-        ("evict a pod", request("POST", &format!("{pods}/app-a/eviction"), JSON, eviction("app-a", None))),
-        ("delete a pod on another node", request("DELETE", &format!("{pods}/app-b"), JSON, Value::Null)),
+        (
+            "evict a pod of a stale uid",
+            request(
+                "POST",
+                &format!("{pods}/app-a/eviction"),
+                JSON,
+                eviction("app-a", Some("00000000-0000-0000-0000-000000000000")),
+            ),
+        ),
+        (
+            "evict a pod that is not there",
+            request(
+                "POST",
+                &format!("{pods}/gone/eviction"),
+                JSON,
+                eviction("gone", None),
+            ),
+        ),
+        (
+            "evict a pod its budget protects",
+            request(
+                "POST",
+                &format!("{pods}/guarded/eviction"),
+                JSON,
+                eviction("guarded", None),
+            ),
+        ),
+        (
+            "evict a pod",
+            request(
+                "POST",
+                &format!("{pods}/app-a/eviction"),
+                JSON,
+                eviction("app-a", None),
+            ),
+        ),
+        (
+            "delete a pod on another node",
+            request("DELETE", &format!("{pods}/app-b"), JSON, Value::Null),
+        ),
         // Its NodeDrain.
-        ("its NodeDrain", request("PATCH", &format!("/apis/maintd.io/v1alpha1/nodedrains/{a}?fieldManager=maintd%2F{a}&force=true"), APPLY, nodedrain(&a))),
-        ("another's NodeDrain", request("PATCH", &format!("/apis/maintd.io/v1alpha1/nodedrains/{b}?fieldManager=maintd%2F{a}&force=true"), APPLY, nodedrain(&b))),
+        (
+            "its NodeDrain",
+            request(
+                "PATCH",
+                &format!(
+                    "/apis/maintd.io/v1alpha1/nodedrains/{a}?fieldManager=maintd%2F{a}&force=true"
+                ),
+                APPLY,
+                nodedrain(&a),
+            ),
+        ),
+        (
+            "another's NodeDrain",
+            request(
+                "PATCH",
+                &format!(
+                    "/apis/maintd.io/v1alpha1/nodedrains/{b}?fieldManager=maintd%2F{a}&force=true"
+                ),
+                APPLY,
+                nodedrain(&b),
+            ),
+        ),
         // Slots.
-        ("a slot as itself", request("POST", "/apis/coordination.k8s.io/v1/namespaces/maintd/leases", JSON, slot(&a))),
-        ("a slot as another node", request("POST", "/apis/coordination.k8s.io/v1/namespaces/maintd/leases", JSON, slot(&b))),
+        (
+            "a slot as itself",
+            request(
+                "POST",
+                "/apis/coordination.k8s.io/v1/namespaces/maintd/leases",
+                JSON,
+                slot(&a),
+            ),
+        ),
+        (
+            "a slot as another node",
+            request(
+                "POST",
+                "/apis/coordination.k8s.io/v1/namespaces/maintd/leases",
+                JSON,
+                slot(&b),
+            ),
+        ),
         // Events.
-        ("an Event about its node", request("POST", "/apis/events.k8s.io/v1/namespaces/default/events", JSON, event(&a, &format!("maintd-{a}")))),
-        ("an Event about another node", request("POST", "/apis/events.k8s.io/v1/namespaces/default/events", JSON, event(&b, &format!("maintd-{a}")))),
-        ("an Event reported as another", request("POST", "/apis/events.k8s.io/v1/namespaces/default/events", JSON, event(&a, &format!("maintd-{b}")))),
+        (
+            "an Event about its node",
+            request(
+                "POST",
+                "/apis/events.k8s.io/v1/namespaces/default/events",
+                JSON,
+                event(&a, &format!("maintd-{a}")),
+            ),
+        ),
+        (
+            "an Event about another node",
+            request(
+                "POST",
+                "/apis/events.k8s.io/v1/namespaces/default/events",
+                JSON,
+                event(&b, &format!("maintd-{a}")),
+            ),
+        ),
+        (
+            "an Event reported as another",
+            request(
+                "POST",
+                "/apis/events.k8s.io/v1/namespaces/default/events",
+                JSON,
+                event(&a, &format!("maintd-{b}")),
+            ),
+        ),
         // What its roles do not grant.
-        ("delete a node", request("DELETE", &format!("{nodes}/{a}"), JSON, Value::Null)),
-        ("list secrets", request("GET", &format!("/api/v1/namespaces/{P}/secrets"), JSON, Value::Null)),
-        ("update node status", request("PUT", &format!("{nodes}/{a}/status"), JSON, json!({}))),
-        ("delete every pod", request("DELETE", &pods, JSON, Value::Null)),
+        (
+            "delete a node",
+            request("DELETE", &format!("{nodes}/{a}"), JSON, Value::Null),
+        ),
+        (
+            "list secrets",
+            request(
+                "GET",
+                &format!("/api/v1/namespaces/{P}/secrets"),
+                JSON,
+                Value::Null,
+            ),
+        ),
+        (
+            "update node status",
+            request("PUT", &format!("{nodes}/{a}/status"), JSON, json!({})),
+        ),
+        (
+            "delete every pod",
+            request("DELETE", &pods, JSON, Value::Null),
+        ),
     ]
 }
 
@@ -328,14 +561,31 @@ async fn the_simulator_answers_the_agents_requests_as_kubernetes_does() {
             && !what.contains("not there")
             && !what.contains("protects")
             && !what.contains("label")
-            && !["delete a node", "list secrets", "update node status", "delete every pod"].contains(what);
+            && ![
+                "delete a node",
+                "list secrets",
+                "update node status",
+                "delete every pod",
+            ]
+            .contains(what);
         assert_eq!(r.code < 300, allowed, "{what}: Kubernetes answered {r:?}");
     }
-    assert!(differ.is_empty(), "the simulator differs:\n{}", differ.join("\n"));
+    assert!(
+        differ.is_empty(),
+        "the simulator differs:\n{}",
+        differ.join("\n")
+    );
     if let Cluster::Real(real) = &real {
         let admin = real.admin().await;
         real.remove_nodes(&admin, &[a(), b()]).await;
         real.kubectl(&["delete", "namespace", P, "--wait=false"]);
-        real.kubectl(&["delete", "lease", "-n", "maintd", "-l", &format!("maintd.io/reboot-group={P}")]);
+        real.kubectl(&[
+            "delete",
+            "lease",
+            "-n",
+            "maintd",
+            "-l",
+            &format!("maintd.io/reboot-group={P}"),
+        ]);
     }
 }

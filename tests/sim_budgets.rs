@@ -23,14 +23,7 @@ async fn a_statefulset_budget_counts_its_scale_not_the_pods_left() {
     let pdbs: Api<PodDisruptionBudget> = Api::default_namespaced(client.clone());
     let mut sts = statefulset("db", 3, "Parallel", "0");
     // The evicted pod stays terminating for the whole test (30 s grace).
-    let tpl = sts
-        .spec
-        .as_mut()
-        .unwrap()
-        .template
-        .metadata
-        .as_mut()
-        .unwrap();
+    let tpl = sts.spec.template.metadata.as_mut().unwrap();
     tpl.annotations
         .as_mut()
         .unwrap()
@@ -49,7 +42,8 @@ async fn a_statefulset_budget_counts_its_scale_not_the_pods_left() {
         let pdbs = pdbs.clone();
         async move {
             let st = status(pdbs).await;
-            (st.expected_pods, st.current_healthy, st.disruptions_allowed) == (3, 3, 1)
+            (st.expected_pods, st.current_healthy, st.disruptions_allowed)
+                == (Some(3), Some(3), Some(1))
         }
     })
     .await;
@@ -61,14 +55,14 @@ async fn a_statefulset_budget_counts_its_scale_not_the_pods_left() {
         let pdbs = pdbs.clone();
         async move {
             let st = status(pdbs).await;
-            st.current_healthy == 2 && st.disrupted_pods.unwrap_or_default().is_empty()
+            st.current_healthy == Some(2) && st.disrupted_pods.unwrap_or_default().is_empty()
         }
     })
     .await;
     let st = status(pdbs.clone()).await;
     assert_eq!(
         (st.expected_pods, st.desired_healthy, st.disruptions_allowed),
-        (3, 2, 0),
+        (Some(3), Some(2), Some(0)),
         "{st:?}"
     );
     let refused = pods
@@ -133,7 +127,7 @@ async fn a_budget_over_pods_of_a_controller_without_scale_allows_nothing() {
                     && c.status == "False"
                     && c.reason == "SyncFailed"
                     && c.message == "daemonsets.apps does not implement the scale subresource"
-            }) && st.disruptions_allowed == 0
+            }) && st.disruptions_allowed == Some(0)
         }
     })
     .await;

@@ -89,13 +89,19 @@ async fn a_deployment_runs_its_pods_through_a_replicaset_and_rolls_a_new_templat
     }
     let d = deploys.get("web").await.unwrap();
     let conds = d.status.unwrap().conditions.unwrap();
-    let cond = |t: &str| conds.iter().find(|c| c.type_ == t).cloned().unwrap();
+    let cond = |t: &str| {
+        conds
+            .iter()
+            .find(|c| c.type_.as_deref() == Some(t))
+            .cloned()
+            .unwrap()
+    };
     assert_eq!(
         (
-            cond("Available").status.as_str(),
+            cond("Available").status.as_deref(),
             cond("Available").reason.as_deref()
         ),
-        ("True", Some("MinimumReplicasAvailable"))
+        (Some("True"), Some("MinimumReplicasAvailable"))
     );
     assert_eq!(
         cond("Progressing").reason.as_deref(),
@@ -115,12 +121,7 @@ async fn a_deployment_runs_its_pods_through_a_replicaset_and_rolls_a_new_templat
     let rs = sets.list(&ListParams::default()).await.unwrap().items;
     let by_name: HashMap<String, i32> = rs
         .iter()
-        .map(|r| {
-            (
-                r.metadata.name.clone().unwrap(),
-                r.spec.as_ref().unwrap().replicas.unwrap(),
-            )
-        })
+        .map(|r| (r.metadata.name.clone().unwrap(), r.spec.replicas.unwrap()))
         .collect();
     assert_eq!(by_name.len(), 2, "{by_name:?}");
     assert_eq!(by_name[&format!("web-{hash}")], 0, "{by_name:?}");

@@ -1,7 +1,8 @@
-//! KEP-4563's EvictionRequest API in the simulated cluster, asked of it as
-//! clients would (kube's DynamicObject, raw HTTP, kubectl): served only
-//! behind its switch, validated, and carried out by the eviction request
-//! controller and the responders the simulator plays, with budgets held.
+//! The EvictionRequest API (KEP-4563, alpha in Kubernetes 1.37) in the
+//! simulated cluster, asked of it as clients would (kube's DynamicObject,
+//! raw HTTP, kubectl): served only behind its switch, validated, and, with
+//! the simulator's evictionrequest-controller on, carried out by the
+//! responders the simulator plays, with budgets held.
 
 use crate::common;
 use crate::eviction_request_support as support;
@@ -92,23 +93,23 @@ async fn invalid_requests_are_refused_and_target_and_requester_are_fixed() {
     };
     for (spec, field) in [
         (
-            json!({"requesterName": "a.example.io/drain", "intent": "Eviction"}),
-            "spec.target.pod",
+            json!({"requester": "a.example.io/drain", "intent": "Eviction"}),
+            "spec.target",
         ),
         (
-            json!({"target": {"pod": {"name": "p", "uid": "not-a-uid"}}, "requesterName": "a.example.io/drain", "intent": "Eviction"}),
+            json!({"target": {"pod": {"name": "p", "uid": "not-a-uid"}}, "requester": "a.example.io/drain", "intent": "Eviction"}),
             "spec.target.pod.uid",
         ),
         (
-            json!({"target": {"pod": {"name": "p", "uid": uid}}, "requesterName": "drain", "intent": "Eviction"}),
-            "spec.requesterName",
+            json!({"target": {"pod": {"name": "p", "uid": uid}}, "requester": "drain", "intent": "Eviction"}),
+            "spec.requester",
         ),
         (
-            json!({"target": {"pod": {"name": "p", "uid": uid}}, "requesterName": "drain.k8s.io/x", "intent": "Eviction"}),
-            "spec.requesterName",
+            json!({"target": {"pod": {"name": "p", "uid": uid}}, "requester": "drain.k8s.io/x", "intent": "Eviction"}),
+            "spec.requester",
         ),
         (
-            json!({"target": {"pod": {"name": "p", "uid": uid}}, "requesterName": "a.example.io/drain", "intent": "Please"}),
+            json!({"target": {"pod": {"name": "p", "uid": uid}}, "requester": "a.example.io/drain", "intent": "Please"}),
             "spec.intent",
         ),
     ] {
@@ -138,7 +139,7 @@ async fn invalid_requests_are_refused_and_target_and_requester_are_fixed() {
 
     // A request for a pod that is not there is accepted, then failed by
     // the controller.
-    let spec = json!({"target": {"pod": {"name": "p", "uid": uid}}, "requesterName": "a.example.io/drain", "intent": "Eviction"});
+    let spec = json!({"target": {"pod": {"name": "p", "uid": uid}}, "requester": "a.example.io/drain", "intent": "Eviction"});
     let (code, created) = raw(&sim, "POST", REQUESTS, "application/json", body(spec)).await;
     assert_eq!(code, 201, "{created}");
     assert!(
@@ -156,7 +157,7 @@ async fn invalid_requests_are_refused_and_target_and_requester_are_fixed() {
 
     let patch = |p: Value| serde_json::to_vec(&p).unwrap();
     for change in [
-        json!({"spec": {"requesterName": "b.example.io/drain"}}),
+        json!({"spec": {"requester": "b.example.io/drain"}}),
         json!({"spec": {"target": {"pod": {"name": "q"}}}}),
     ] {
         let (code, status) = raw(
@@ -196,17 +197,16 @@ async fn the_imperative_evictor_waits_for_the_budget() {
 
     let eviction = "pod-1-web";
     wait_for(&sim, "the evictor is refused by the budget", "Eviction", eviction, |s| {
-        s["targetResponders"] == json!([{"name": IMPERATIVE_EVICTOR, "state": "Active"}])
+        s["targetResponders"] == json!([{"name": IMPERATIVE_EVICTOR, "priority": 100, "state": "Active"}])
             && s["responders"][0]["message"].as_str().is_some_and(|m| {
                 m.starts_with("Could not evict a pod due to failing eviction requests, number of retries: ")
             })
     })
     .await;
     let ev = api(&sim, "Eviction").get(eviction).await.unwrap();
-    assert_eq!(
-        ev.metadata.labels.unwrap()["drain.example.io/drain"],
-        "requester"
-    );
+    let labels = ev.metadata.labels.unwrap();
+    assert_eq!(labels["drain.example.io/drain"], "requester");
+    assert_eq!(labels[IMPERATIVE_EVICTOR], "responder");
     let st = status(&sim, "EvictionRequest", "drain").await;
     assert_eq!(condition(&st, "Failed"), "False/AwaitingEviction", "{st}");
     assert_eq!(
@@ -398,7 +398,7 @@ async fn a_role_can_grant_eviction_requests() {
     let token = sim.service_account_token("default", "drainer", None);
     let er = json!({
         "apiVersion": "lifecycle.k8s.io/v1alpha1", "kind": "EvictionRequest", "metadata": {"name": "r"},
-        "spec": {"target": {"pod": {"name": "p", "uid": "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"}}, "requesterName": "drainer.example.io/drain", "intent": "Eviction"},
+        "spec": {"target": {"pod": {"name": "p", "uid": "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"}}, "requester": "drainer.example.io/drain", "intent": "Eviction"},
     });
     let t = Some(token.as_str());
     let json = "application/json";

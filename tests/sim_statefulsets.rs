@@ -196,7 +196,7 @@ async fn a_changed_statefulset_template_rolls_out_from_the_highest_ordinal_down(
     };
     eventually("the set is up", || revisions_match(sets.clone())).await;
     let set = sets.get("db").await.unwrap();
-    let spec = set.spec.as_ref().unwrap();
+    let spec = &set.spec;
     // The API server's defaults are there.
     assert_eq!(spec.pod_management_policy.as_deref(), Some("OrderedReady"));
     assert_eq!(

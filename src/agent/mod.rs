@@ -71,8 +71,12 @@ impl Agent {
         let guard = watch_guard(&config, &health);
         let budgets = BudgetWatches::new(client.clone(), guard);
         let node = Index::new();
-        let requests =
-            EvictionRequests::new(client.clone(), &config.node, config.eviction_requests);
+        let requests = EvictionRequests::new(
+            client.clone(),
+            &config.node,
+            config.eviction_requests,
+            config.eviction_request_progress_timeout,
+        );
         let ops = ClusterOps::new(client, &config.node).with_view(node.clone());
         let mut stash = StaticPodStash::new(
             config.static_pods.dir.clone(),

@@ -1,40 +1,51 @@
-//! The drain as a requester of KEP-4563's EvictionRequest API
+//! The drain as a requester of the EvictionRequest API
 //! (`lifecycle.k8s.io/v1alpha1`, alpha in Kubernetes 1.37 behind the
-//! `EvictionRequestAPI` gate). A pod that declares responders of its own
-//! (`spec.evictionResponders`, such as KubeVirt's live migration) is asked
-//! to leave with an EvictionRequest instead of a `policy/v1` Eviction, so
-//! its responders act first and say how far they are; every other pod, and
-//! every pod where the API server does not serve the API or the operator
-//! turned it off, goes through the Eviction API as before.
+//! `EvictionRequestAPI` gate, KEP-4563). A pod that declares responders of
+//! its own (`spec.evictionResponders`, such as KubeVirt's live migration)
+//! is asked to leave with an EvictionRequest instead of a `policy/v1`
+//! Eviction, so its responders act first and say how far they are; every
+//! other pod, and every pod where the API server does not serve the API or
+//! the operator turned it off, goes through the Eviction API as before.
+//!
+//! Kubernetes 1.37 serves the API but ships no controller acting on it: a
+//! request nothing acts on within a bound is given up and its pod evicted
+//! through the Eviction API ([`ProgressBound`]).
 //!
 //! Each request is named `maintd-<pod uid>` and labelled with the node, so a
 //! restarted agent adopts what it asked for and an undo finds what to
-//! withdraw. Requests are given up the way the KEP asks: intent `Withdrawn`
+//! withdraw. Requests are given up the way the API asks: intent `Withdrawn`
 //! first, deleted once the request is final (or after a bound).
+
+mod body;
+mod bound;
+mod read;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::Request;
+use k8s_openapi::api::lifecycle::v1alpha1::{Eviction, EvictionRequest};
 use serde_json::{Value, json};
 
-use crate::outbound::shorten;
+pub use bound::ProgressBound;
+pub use read::{State, final_state, own_responders, progress, state_of};
 
 /// The API group and version the agent speaks.
 pub const API: &str = "lifecycle.k8s.io/v1alpha1";
-/// maintd's requester name (a domain-prefixed path, as the KEP asks).
+/// maintd's requester name (a domain-prefixed key, as the API asks).
 pub const REQUESTER: &str = "maintd.io/drain";
 /// The label naming the node whose drain made a request.
 pub const NODE_LABEL: &str = "maintd.io/node";
 /// The responder every Eviction ends with: it calls the Eviction API. A pod
 /// with no other responder gains nothing from a request.
 pub const DEFAULT_RESPONDER: &str = "imperative-eviction.k8s.io/evictor";
+/// How long a request nothing acts on is followed before its pod is
+/// evicted through the Eviction API, unless the operator says otherwise.
+pub const DEFAULT_PROGRESS_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a request given up is waited on to become final before it is
 /// deleted regardless.
 const RETIRE_WITHIN: Duration = Duration::from_secs(30);
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-/// The most of a responder's message a blocker carries.
-const MESSAGE_MAX: usize = 240;
 
 /// Whether the drain may use EvictionRequests.
 #[derive(
@@ -58,22 +69,6 @@ pub enum Mode {
     Off,
 }
 
-/// Where one request stands, from its conditions and its Eviction.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum State {
-    /// Responders are at work; what the active one reports.
-    Pending(String),
-    /// `TargetEvicted=True`: the pod has been deleted or reached its end.
-    Evicted,
-    /// `Failed=True` because every requester withdrew (or the request went).
-    Canceled,
-    /// `Failed=True` for any other reason: no responder could evict it, or
-    /// the request was invalid.
-    Failed { reason: String, message: String },
-    /// There is no such request (deleted by someone else).
-    Missing,
-}
-
 /// What creating (or adopting) a request came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Asked {
@@ -91,22 +86,31 @@ pub struct EvictionRequests {
     client: kube::Client,
     node: String,
     mode: Mode,
+    progress_timeout: Duration,
     /// Whether the API is served, as last discovered (None: not yet asked).
     served: Arc<Mutex<Option<bool>>>,
 }
 
 impl EvictionRequests {
-    pub fn new(client: kube::Client, node: &str, mode: Mode) -> Self {
+    /// `progress_timeout` bounds how long a request nothing acts on is
+    /// followed (see [`ProgressBound`]).
+    pub fn new(client: kube::Client, node: &str, mode: Mode, progress_timeout: Duration) -> Self {
         EvictionRequests {
             client,
             node: node.to_string(),
             mode,
+            progress_timeout,
             served: Arc::default(),
         }
     }
 
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// How long a request nothing acts on is followed.
+    pub fn progress_timeout(&self) -> Duration {
+        self.progress_timeout
     }
 
     /// Asks the API server whether it serves EvictionRequests (once per
@@ -119,7 +123,7 @@ impl EvictionRequests {
         }
         let path = format!("/apis/{API}");
         let answer = match self.call("GET", &path, None, "").await {
-            Ok(list) => Some(serves_requests(&list)),
+            Ok(list) => Some(read::serves_requests(&list)),
             Err(kube::Error::Api(s)) if s.code == 404 => Some(false),
             Err(e) => {
                 tracing::debug!(error = %crate::client::explain(&e), "could not discover {API}");
@@ -148,9 +152,9 @@ impl EvictionRequests {
                 .unwrap_or(false)
     }
 
-    /// The responders of its own a pod declares, if a request is to be
-    /// used for it: the API is served, not turned off, and the pod names a
-    /// responder other than the default evictor.
+    /// The responders of its own a pod declares, higher priority first, if
+    /// a request is to be used for it: the API is served, not turned off,
+    /// and the pod names a responder other than the default evictor.
     pub fn responders_for(&self, pod: &Value) -> Option<Vec<String>> {
         if !self.served() {
             return None;
@@ -164,27 +168,17 @@ impl EvictionRequests {
     /// Eviction if it had been withdrawn.
     pub async fn request(&self, namespace: &str, pod: &str, uid: &str) -> Asked {
         let path = collection(namespace);
-        let body = json!({
-            "apiVersion": API,
-            "kind": "EvictionRequest",
-            "metadata": {
-                "name": name(uid),
-                "namespace": namespace,
-                "labels": {NODE_LABEL: self.node},
-            },
-            "spec": {
-                "target": {"pod": {"name": pod, "uid": uid}},
-                "requesterName": REQUESTER,
-                "intent": "Eviction",
-            },
-        });
+        let sent = match body::json(&body::request(namespace, pod, uid, &self.node)) {
+            Ok(b) => b,
+            Err(why) => return Asked::Refused(why),
+        };
         match self
-            .call("POST", &path, Some(&body), "application/json")
+            .call("POST", &path, Some(&sent), "application/json")
             .await
         {
             Ok(_) => Asked::Requested,
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                match self.set_intent(namespace, uid, "Eviction").await {
+                match self.set_intent(namespace, uid, body::EVICTION).await {
                     Ok(()) => Asked::Requested,
                     Err(why) => Asked::Refused(why),
                 }
@@ -198,47 +192,71 @@ impl EvictionRequests {
     }
 
     /// Where the request for this pod stands, with the active responder's
-    /// words from the Eviction the controller made of it.
+    /// words from the Eviction made of it.
     pub async fn state(&self, namespace: &str, uid: &str) -> Result<State, String> {
         let path = format!("{}/{}", collection(namespace), name(uid));
-        let request = match self.call("GET", &path, None, "").await {
-            Ok(r) => r,
+        let request: EvictionRequest = match self.call("GET", &path, None, "").await {
+            Ok(r) => decode(r, "EvictionRequest")?,
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(State::Missing),
             Err(e) => return Err(crate::client::explain(&e)),
         };
-        if let Some(done) = final_state(&request) {
+        let conditions = request
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref());
+        if let Some(done) = conditions.and_then(final_state) {
             return Ok(done);
         }
-        let evictions = format!(
+        // Every participant is a label key of the Eviction (valued
+        // `requester`, `responder` or `requester-responder`).
+        let list = format!(
             "/apis/{API}/namespaces/{namespace}/evictions?labelSelector={}",
             crate::outbound::url::encode(REQUESTER)
         );
-        let eviction = match self.call("GET", &evictions, None, "").await {
+        let evictions: Vec<Eviction> = match self.call("GET", &list, None, "").await {
             Ok(list) => list["items"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .rev()
-                .find(|e| e["spec"]["target"]["pod"]["uid"] == uid && final_state(e).is_none())
-                .cloned(),
+                .filter(|e| e["spec"]["target"]["pod"]["uid"] == uid)
+                .filter_map(|e| serde_json::from_value(e.clone()).ok())
+                .collect(),
+            // The API server can serve requests and not Evictions (each
+            // resource has its own runtime-config switch): none is made.
+            Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
             Err(e) => return Err(crate::client::explain(&e)),
         };
-        Ok(State::Pending(progress(eviction.as_ref())))
+        Ok(state_of(&request, &evictions))
     }
 
     /// Withdraws the request for this pod (intent `Withdrawn`), then
     /// deletes it in the background once it is final (or after a bound),
-    /// as the KEP asks of a requester that changed its mind.
+    /// as the API asks of a requester that changed its mind.
     pub async fn give_up(&self, namespace: &str, uid: &str) {
-        if let Err(why) = self.set_intent(namespace, uid, "Withdrawn").await {
+        self.withdraw(namespace, uid).await;
+        self.retire(namespace, uid);
+    }
+
+    /// Withdraws a request nothing acted on and deletes it at once: with
+    /// no controller, it would never become final.
+    pub async fn give_up_untouched(&self, namespace: &str, uid: &str) {
+        self.withdraw(namespace, uid).await;
+        self.retire_within(namespace, uid, Duration::ZERO);
+    }
+
+    async fn withdraw(&self, namespace: &str, uid: &str) {
+        if let Err(why) = self.set_intent(namespace, uid, body::WITHDRAWN).await {
             tracing::debug!(%namespace, %uid, %why, "could not withdraw an EvictionRequest");
         }
-        self.retire(namespace, uid);
     }
 
     /// Deletes the request once it is final (TargetEvicted or Failed), in
     /// the background: at most [`RETIRE_WITHIN`], then deleted regardless.
     pub fn retire(&self, namespace: &str, uid: &str) {
+        self.retire_within(namespace, uid, RETIRE_WITHIN);
+    }
+
+    fn retire_within(&self, namespace: &str, uid: &str, within: Duration) {
         let this = self.clone();
         let path = format!("{}/{}", collection(namespace), name(uid));
         let namespace = namespace.to_string();
@@ -246,26 +264,34 @@ impl EvictionRequests {
             // The request as first seen: a newer one of the same name (the
             // drain asking again) is never deleted by this.
             let mut seen: Option<String> = None;
-            let until = tokio::time::Instant::now() + RETIRE_WITHIN;
+            let until = tokio::time::Instant::now() + within;
             let mut backoff = crate::index::Backoff::with(500, 5_000);
-            while tokio::time::Instant::now() < until {
+            loop {
                 match this.call("GET", &path, None, "").await {
                     Ok(r) => {
+                        let r: Result<EvictionRequest, _> = serde_json::from_value(r);
+                        let Ok(r) = r else { break };
                         if seen.is_none() {
-                            seen = r["metadata"]["uid"].as_str().map(str::to_string);
+                            seen = r.metadata.uid.clone();
                         }
-                        if final_state(&r).is_some() {
+                        let conditions = r.status.and_then(|s| s.conditions).unwrap_or_default();
+                        if final_state(&conditions).is_some() {
                             break;
                         }
                     }
                     Err(kube::Error::Api(s)) if s.code == 404 => return,
                     Err(_) => {}
                 }
+                if tokio::time::Instant::now() >= until {
+                    break;
+                }
                 tokio::time::sleep(backoff.next_delay()).await;
             }
-            let body = seen.map(|u| json!({"preconditions": {"uid": u}}));
+            let Ok(options) = body::json(&body::delete_options(seen)) else {
+                return;
+            };
             match this
-                .call("DELETE", &path, body.as_ref(), "application/json")
+                .call("DELETE", &path, Some(&options), "application/json")
                 .await
             {
                 Ok(_) => {}
@@ -305,22 +331,24 @@ impl EvictionRequests {
         };
         let mut n = 0;
         for r in list["items"].as_array().into_iter().flatten() {
-            let (Some(ns), Some(uid)) = (
-                r["metadata"]["namespace"].as_str(),
-                r["spec"]["target"]["pod"]["uid"].as_str(),
-            ) else {
+            let Ok(r) = serde_json::from_value::<EvictionRequest>(r.clone()) else {
                 continue;
             };
-            if r["spec"]["requesterName"] != REQUESTER || r["metadata"]["name"] != name(uid) {
+            let (Some(ns), Some(pod)) = (&r.metadata.namespace, &r.spec.target.pod) else {
+                continue;
+            };
+            // Only this agent's own: the label can be copied, the name
+            // and requester are what it made.
+            if r.spec.requester != REQUESTER || r.metadata.name != Some(name(&pod.uid)) {
                 continue;
             }
             n += 1;
-            if r["spec"]["intent"] == "Withdrawn" {
-                self.retire(ns, uid);
+            if r.spec.intent == body::WITHDRAWN {
+                self.retire(ns, &pod.uid);
             } else {
                 // In the background: an undo does not wait on a slow API
                 // server once per request.
-                let (this, ns, uid) = (self.clone(), ns.to_string(), uid.to_string());
+                let (this, ns, uid) = (self.clone(), ns.clone(), pod.uid.clone());
                 tokio::spawn(async move { this.give_up(&ns, &uid).await });
             }
         }
@@ -333,13 +361,14 @@ impl EvictionRequests {
             collection(namespace),
             name(uid)
         );
+        // A merge patch: its shape, not an object, so JSON by hand.
         let patch = json!({"spec": {"intent": intent}});
         match self
             .call("PATCH", &path, Some(&patch), "application/merge-patch+json")
             .await
         {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 && intent == "Withdrawn" => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 && intent == body::WITHDRAWN => Ok(()),
             Err(e) => Err(crate::client::explain(&e)),
         }
     }
@@ -374,6 +403,11 @@ impl EvictionRequests {
     }
 }
 
+/// An object read from the API server, typed; what did not fit is said.
+fn decode<T: serde::de::DeserializeOwned>(v: Value, kind: &str) -> Result<T, String> {
+    serde_json::from_value(v).map_err(|e| format!("the API server's {kind} does not decode: {e}"))
+}
+
 /// The request's name for a pod: unique per pod incarnation, so a restarted
 /// agent finds its own.
 pub fn name(uid: &str) -> String {
@@ -382,195 +416,4 @@ pub fn name(uid: &str) -> String {
 
 fn collection(namespace: &str) -> String {
     format!("/apis/{API}/namespaces/{namespace}/evictionrequests")
-}
-
-/// Whether an APIResourceList lists `evictionrequests`.
-fn serves_requests(list: &Value) -> bool {
-    list["resources"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|r| r["name"] == "evictionrequests")
-}
-
-/// The responders a pod declares other than the default evictor.
-pub fn own_responders(pod: &Value) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
-    for r in pod["spec"]["evictionResponders"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        if let Some(n) = r["name"].as_str()
-            && !n.is_empty()
-            && n != DEFAULT_RESPONDER
-            && !names.iter().any(|m| m == n)
-        {
-            names.push(n.to_string());
-        }
-    }
-    names
-}
-
-fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
-    obj["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind && c["status"] == "True")
-}
-
-/// The final state an EvictionRequest (or Eviction) shows, if any.
-pub fn final_state(obj: &Value) -> Option<State> {
-    if condition(obj, "TargetEvicted").is_some() {
-        return Some(State::Evicted);
-    }
-    let failed = condition(obj, "Failed")?;
-    let reason = failed["reason"].as_str().unwrap_or("").to_string();
-    if reason == "CanceledDueToNoRequesters" {
-        return Some(State::Canceled);
-    }
-    Some(State::Failed {
-        message: failed["message"].as_str().unwrap_or("").to_string(),
-        reason,
-    })
-}
-
-/// What the active responder of an Eviction reports: its name, its
-/// message, and when it expects to be done.
-pub fn progress(eviction: Option<&Value>) -> String {
-    let Some(ev) = eviction else {
-        return "EvictionRequest made; waiting for the eviction request controller to pick a responder".into();
-    };
-    let active = ev["status"]["targetResponders"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|r| r["state"] == "Active")
-        .and_then(|r| r["name"].as_str());
-    let Some(active) = active else {
-        return "EvictionRequest made; no responder is active yet".into();
-    };
-    let entry = ev["status"]["responders"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|r| r["name"] == active);
-    // The responder's words go into the NodeDrain and Events: one line,
-    // bounded.
-    let mut out = format!("EvictionRequest: responder {}", shorten(active, 120));
-    if let Some(m) = entry
-        .and_then(|e| e["message"].as_str())
-        .filter(|m| !m.trim().is_empty())
-    {
-        out.push_str(": ");
-        out.push_str(shorten(m, MESSAGE_MAX).trim_end_matches('.'));
-    } else {
-        out.push_str(" is at work");
-    }
-    if let Some(t) = entry.and_then(|e| e["expectedCompletionTime"].as_str()) {
-        out.push_str(&format!(" (expected done by {})", shorten(t, 40)));
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_pod_with_a_responder_of_its_own_asks_through_a_request() {
-        let pod = json!({"spec": {"evictionResponders": [
-            {"name": DEFAULT_RESPONDER}, {"name": "live-migration.kubevirt.io/migrator"},
-            {"name": "live-migration.kubevirt.io/migrator"}, {"name": ""}, {"x": 1}, 7
-        ]}});
-        assert_eq!(
-            own_responders(&pod),
-            ["live-migration.kubevirt.io/migrator"]
-        );
-        let default_only = json!({"spec": {"evictionResponders": [{"name": DEFAULT_RESPONDER}]}});
-        assert!(own_responders(&default_only).is_empty());
-        assert!(own_responders(&json!({"spec": {"evictionResponders": "x"}})).is_empty());
-        assert!(own_responders(&json!({})).is_empty());
-    }
-
-    #[test]
-    fn final_states_are_read_from_the_conditions() {
-        let with = |conds: Value| json!({"status": {"conditions": conds}});
-        assert_eq!(final_state(&json!({})), None);
-        assert_eq!(
-            final_state(&with(json!([
-                {"type": "Failed", "status": "False", "reason": "AwaitingEviction"},
-                {"type": "TargetEvicted", "status": "False"}
-            ]))),
-            None
-        );
-        assert_eq!(
-            final_state(&with(
-                json!([{"type": "TargetEvicted", "status": "True", "reason": "PodDeleted"}])
-            )),
-            Some(State::Evicted)
-        );
-        assert_eq!(
-            final_state(&with(
-                json!([{"type": "Failed", "status": "True", "reason": "CanceledDueToNoRequesters"}])
-            )),
-            Some(State::Canceled)
-        );
-        assert_eq!(
-            final_state(&with(
-                json!([{"type": "Failed", "status": "True", "reason": "NoFurtherResponder", "message": "none left"}])
-            )),
-            Some(State::Failed {
-                reason: "NoFurtherResponder".into(),
-                message: "none left".into()
-            })
-        );
-        assert_eq!(final_state(&with(json!("x"))), None);
-    }
-
-    #[test]
-    fn the_active_responder_is_named_with_its_words() {
-        let ev = json!({"status": {
-            "targetResponders": [
-                {"name": "live-migration.kubevirt.io/migrator", "state": "Active"},
-                {"name": DEFAULT_RESPONDER, "state": "Inactive"}
-            ],
-            "responders": [
-                {"name": "live-migration.kubevirt.io/migrator",
-                 "message": "Live migration of pod vm-1 to another node in progress.",
-                 "expectedCompletionTime": "2026-11-26T01:00:00Z"},
-                {"name": DEFAULT_RESPONDER}
-            ]
-        }});
-        assert_eq!(
-            progress(Some(&ev)),
-            "EvictionRequest: responder live-migration.kubevirt.io/migrator: Live migration of pod vm-1 to another node in progress (expected done by 2026-11-26T01:00:00Z)"
-        );
-        let mut long = ev.clone();
-        long["status"]["responders"][0]["message"] = json!(format!("line\n{}", "x".repeat(5000)));
-        let said = progress(Some(&long));
-        assert!(said.chars().count() < 400 && !said.contains('\n'), "{said}");
-        let quiet =
-            json!({"status": {"targetResponders": [{"name": "a.io/b", "state": "Active"}]}});
-        assert_eq!(
-            progress(Some(&quiet)),
-            "EvictionRequest: responder a.io/b is at work"
-        );
-        let none =
-            json!({"status": {"targetResponders": [{"name": "a.io/b", "state": "Inactive"}]}});
-        assert!(progress(Some(&none)).contains("no responder is active"));
-        assert!(progress(None).contains("eviction request controller"));
-        assert!(progress(Some(&json!({"status": 3}))).contains("no responder"));
-    }
-
-    #[test]
-    fn discovery_looks_for_the_evictionrequests_resource() {
-        assert!(serves_requests(&json!({"resources": [
-            {"name": "evictions"}, {"name": "evictionrequests"}
-        ]})));
-        assert!(!serves_requests(
-            &json!({"resources": [{"name": "evictions"}]})
-        ));
-        assert!(!serves_requests(&json!({})));
-    }
 }

@@ -332,7 +332,11 @@ fn install_deploy(dir: &Path) -> Result<(), String> {
     )?;
     // Established is not served yet: for a moment the API server answers
     // a new resource with 429 "storage is (re)initializing".
-    for resource in ["nodemaintenances.maintd.io", "nodedrains.maintd.io", "nodemaintenances.nodemaintenance.medik8s.io"] {
+    for resource in [
+        "nodemaintenances.maintd.io",
+        "nodedrains.maintd.io",
+        "nodemaintenances.nodemaintenance.medik8s.io",
+    ] {
         let mut tries = 0;
         while let Err(e) = run(&kubeconfig, &["get", resource], None) {
             tries += 1;

@@ -1,18 +1,36 @@
-//! Helpers of the EvictionRequest tests: a cluster that serves the API,
-//! dynamic clients of its kinds, and the shapes of statuses they wait on.
+//! Helpers of the EvictionRequest tests: a cluster that serves the API
+//! (with the simulator's evictionrequest-controller, or, as Kubernetes
+//! 1.37.2, without one), dynamic clients of its kinds, and the shapes of
+//! statuses they wait on.
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::{Value, json};
 
 use super::common::*;
-use maintd_sim::lifecycle::{LIVE_MIGRATION, LIVE_MIGRATION_ANNOTATION};
+use maintd_sim::lifecycle::{
+    LIVE_MIGRATION, LIVE_MIGRATION_ANNOTATION, MANAGING_CONTROLLER_PRIORITY,
+};
 use maintd_sim::{SimCluster, SimConfig};
 
 pub const REQUESTS: &str = "/apis/lifecycle.k8s.io/v1alpha1/namespaces/default/evictionrequests";
 
+/// A cluster that serves the API and runs the simulator's
+/// evictionrequest-controller and responders (no Kubernetes release ships
+/// one yet): for tests of what responders do.
 pub async fn served() -> SimCluster {
+    serving(true).await
+}
+
+/// A cluster that serves the API and acts on no request, as Kubernetes
+/// 1.37.2 with the feature gate on.
+pub async fn served_without_controller() -> SimCluster {
+    serving(false).await
+}
+
+async fn serving(controller: bool) -> SimCluster {
     let sim = sim_with(SimConfig {
         eviction_requests: true,
+        eviction_request_controller: controller,
         disruption_lag: std::time::Duration::ZERO,
         ..SimConfig::default()
     })
@@ -59,7 +77,7 @@ pub async fn request_eviction(sim: &SimCluster, name: &str, pod: &str, uid: &str
     let er: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "lifecycle.k8s.io/v1alpha1", "kind": "EvictionRequest",
         "metadata": {"name": name},
-        "spec": {"target": {"pod": {"name": pod, "uid": uid}}, "requesterName": format!("{name}.example.io/drain"), "intent": "Eviction"},
+        "spec": {"target": {"pod": {"name": pod, "uid": uid}}, "requester": format!("{name}.example.io/drain"), "intent": "Eviction"},
     }))
     .unwrap();
     api(sim, "EvictionRequest")
@@ -108,15 +126,19 @@ pub async fn wait_for(
     eventually(what, || async { check(&status(sim, kind, name).await) }).await;
 }
 
+/// A pod whose managing controller live-migrates it, taking `seconds`.
 pub fn migrating(seconds: &str) -> Value {
     json!({
         "metadata": {"annotations": {LIVE_MIGRATION_ANNOTATION: seconds}},
-        "spec": {"evictionResponders": [{"name": LIVE_MIGRATION}]},
+        "spec": {"evictionResponders": [
+            {"name": LIVE_MIGRATION, "priority": MANAGING_CONTROLLER_PRIORITY}
+        ]},
     })
 }
 
 pub fn in_progress(s: &Value) -> bool {
-    s["targetResponders"][0] == json!({"name": LIVE_MIGRATION, "state": "Active"})
+    s["targetResponders"][0]
+        == json!({"name": LIVE_MIGRATION, "priority": MANAGING_CONTROLLER_PRIORITY, "state": "Active"})
         && s["responders"][0]["heartbeatTime"].is_string()
         && s["responders"][0]["expectedCompletionTime"].is_string()
         && s["responders"][0]["completionTime"].is_null()

@@ -134,6 +134,49 @@ impl ApiError {
         e
     }
 
+    /// 422 as the API server's `NewInvalid` words it: the kind qualified by
+    /// its group (`NodeMaintenance.maintd.io "x" is invalid: ...`), several
+    /// errors in brackets, each distinct message once, each cause with its
+    /// own reason (`FieldValueTooLong`, ...), and the kind, not the
+    /// resource, in the details. `causes` are (reason, field, message
+    /// without the field).
+    pub fn invalid_object(
+        group: &str,
+        kind: &str,
+        name: &str,
+        causes: Vec<(String, String, String)>,
+    ) -> Self {
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let mut messages: Vec<String> = Vec::new();
+        for (_, field, body) in &causes {
+            let message = format!("{field}: {body}");
+            if !messages.contains(&message) {
+                messages.push(message);
+            }
+        }
+        let detail = match messages.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        // NewInvalid takes a GroupKind: its details name the kind where
+        // other errors' name the resource.
+        let mut e = Self::new(
+            422,
+            "Invalid",
+            format!("{qualified} \"{name}\" is invalid: {detail}"),
+        )
+        .on(&Gr::new(group, kind), name);
+        e.causes = causes
+            .into_iter()
+            .map(|(reason, field, message)| (reason, message, field))
+            .collect();
+        e
+    }
+
     /// 422 for a patch whose result cannot be decoded: the API server names
     /// no kind and no object, and gives the whole patched object as the bad
     /// value of the field `patch`.

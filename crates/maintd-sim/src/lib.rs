@@ -14,9 +14,11 @@ pub mod admission;
 pub mod audit;
 pub mod auth;
 pub mod controllers;
+pub mod crd_validation;
 pub mod dbus;
 pub mod discovery;
 pub mod errors;
+pub mod events;
 pub mod eviction;
 pub mod faults;
 pub mod invariants;
@@ -86,7 +88,7 @@ impl SimCluster {
         kubelet::start(state.clone(), stop.clone());
         controllers::start(state.clone(), stop.clone());
         volumes::start(state.clone(), stop.clone());
-        if state.config.eviction_requests {
+        if state.config.eviction_requests && state.config.eviction_request_controller {
             lifecycle::start(state.clone(), stop.clone());
         }
         Ok(SimCluster {

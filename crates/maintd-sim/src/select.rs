@@ -132,12 +132,13 @@ fn valid_key(k: &str) -> Result<String, String> {
 }
 
 /// A parsed field selector. Only the fields the apiserver supports for the
-/// resource may be used; anything else is a 400, as in Kubernetes.
+/// resource (its group and kind) may be used; anything else is a 400, as in
+/// Kubernetes.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FieldSelector(Vec<(String, bool, String)>);
 
 impl FieldSelector {
-    pub fn parse(s: &str, kind: &str) -> Result<Self, ApiError> {
+    pub fn parse(s: &str, group: &str, kind: &str) -> Result<Self, ApiError> {
         let mut reqs = Vec::new();
         for term in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             let (field, eq, value) = if let Some((f, v)) = term.split_once("!=") {
@@ -150,7 +151,7 @@ impl FieldSelector {
                 )));
             };
             let field = field.trim();
-            if !supported_field(kind, field) {
+            if !supported_field(group, kind, field) {
                 return Err(ApiError::bad_request(format!(
                     "field label not supported: {field}"
                 )));
@@ -180,12 +181,12 @@ impl FieldSelector {
     }
 }
 
-fn supported_field(kind: &str, field: &str) -> bool {
+fn supported_field(group: &str, kind: &str, field: &str) -> bool {
     if matches!(field, "metadata.name" | "metadata.namespace") {
         return true;
     }
-    match kind {
-        "Pod" => matches!(
+    match (group, kind) {
+        ("", "Pod") => matches!(
             field,
             "spec.nodeName"
                 | "spec.schedulerName"
@@ -196,13 +197,10 @@ fn supported_field(kind: &str, field: &str) -> bool {
                 | "status.podIP"
                 | "status.nominatedNodeName"
         ),
-        "Node" => field == "spec.unschedulable",
-        "Namespace" => field == "status.phase",
-        "Event" => {
-            field.starts_with("involvedObject.")
-                || field.starts_with("regarding.")
-                || matches!(field, "reason" | "reportingComponent" | "source" | "type")
-        }
+        ("", "Node") => field == "spec.unschedulable",
+        ("", "Namespace") => field == "status.phase",
+        ("", "Event") => super::events::CORE_FIELDS.contains(&field),
+        (super::events::GROUP, "Event") => super::events::EVENTS_FIELDS.contains(&field),
         _ => false,
     }
 }
@@ -210,6 +208,10 @@ fn supported_field(kind: &str, field: &str) -> bool {
 /// The value a field selector compares: a string, with missing fields as ""
 /// and booleans as "true"/"false", as the apiserver's field sets do.
 fn field_value(obj: &Value, field: &str) -> String {
+    // Only a core/v1 Event has this field selector.
+    if field == "source" {
+        return super::events::source_field(obj);
+    }
     let mut cur = obj;
     for part in field.split('.') {
         cur = &cur[part];
@@ -302,18 +304,87 @@ mod tests {
     #[test]
     fn field_selectors() {
         let pod = json!({"metadata": {"name": "p", "namespace": "ns"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}});
-        let yes = FieldSelector::parse("spec.nodeName=n1,status.phase!=Failed", "Pod").unwrap();
+        let yes = FieldSelector::parse("spec.nodeName=n1,status.phase!=Failed", "", "Pod").unwrap();
         assert!(yes.matches(&pod));
-        let no = FieldSelector::parse("spec.nodeName=n2", "Pod").unwrap();
+        let no = FieldSelector::parse("spec.nodeName=n2", "", "Pod").unwrap();
         assert!(!no.matches(&pod));
-        let err = FieldSelector::parse("spec.foo=1", "Pod").unwrap_err();
+        let err = FieldSelector::parse("spec.foo=1", "", "Pod").unwrap_err();
         assert_eq!(err.message, "field label not supported: spec.foo");
-        assert!(FieldSelector::parse("garbage", "Pod").is_err());
+        assert!(FieldSelector::parse("garbage", "", "Pod").is_err());
         let node = json!({"metadata": {"name": "n"}, "spec": {}});
         assert!(
-            FieldSelector::parse("spec.unschedulable=false", "Node")
+            FieldSelector::parse("spec.unschedulable=false", "", "Node")
                 .unwrap()
                 .matches(&node)
         );
+    }
+
+    /// Each Event API selects by its own field names, and only by those
+    /// Kubernetes lists for it; the same Event answers both alike.
+    #[test]
+    fn event_field_selectors_follow_the_api_they_are_asked_through() {
+        let events = json!({
+            "metadata": {"name": "node-a.1", "namespace": "default"},
+            "regarding": {"kind": "Node", "name": "node-a", "namespace": "", "uid": "node-a"},
+            "reason": "Drained", "type": "Normal", "reportingController": "maintd.io/agent",
+        });
+        let core = crate::events::to_core(events.clone());
+        // (selector through events.k8s.io, the same through core/v1, matches)
+        let cases = [
+            ("regarding.kind=Node", "involvedObject.kind=Node", true),
+            ("regarding.name=node-a", "involvedObject.name=node-a", true),
+            ("regarding.namespace=", "involvedObject.namespace=", true),
+            ("regarding.uid=node-a", "involvedObject.uid=node-a", true),
+            ("regarding.uid=6c1b", "involvedObject.uid=6c1b", false),
+            ("regarding.apiVersion=", "involvedObject.apiVersion=", true),
+            (
+                "regarding.fieldPath!=x",
+                "involvedObject.fieldPath!=x",
+                true,
+            ),
+            (
+                "regarding.resourceVersion=1",
+                "involvedObject.resourceVersion=1",
+                false,
+            ),
+            (
+                "reason=Drained,type=Normal",
+                "reason=Drained,type=Normal",
+                true,
+            ),
+            ("type=Warning", "type=Warning", false),
+            (
+                "reportingController=maintd.io/agent",
+                "reportingComponent=maintd.io/agent",
+                true,
+            ),
+            ("metadata.name=node-a.1", "metadata.name=node-a.1", true),
+        ];
+        for (through_events, through_core, want) in cases {
+            let e = FieldSelector::parse(through_events, "events.k8s.io", "Event").unwrap();
+            assert_eq!(e.matches(&events), want, "{through_events}");
+            let c = FieldSelector::parse(through_core, "", "Event").unwrap();
+            assert_eq!(c.matches(&core), want, "{through_core}");
+        }
+        // `source` is the reporting controller when there is no source.
+        let by_source = FieldSelector::parse("source=maintd.io/agent", "", "Event").unwrap();
+        assert!(by_source.matches(&core));
+        // Each API refuses the other's names, and fields it does not list.
+        for (group, field) in [
+            ("events.k8s.io", "involvedObject.kind"),
+            ("events.k8s.io", "source"),
+            ("events.k8s.io", "reportingComponent"),
+            ("events.k8s.io", "note"),
+            ("", "regarding.kind"),
+            ("", "reportingController"),
+            ("", "involvedObject.labels"),
+            ("", "message"),
+        ] {
+            let err = FieldSelector::parse(&format!("{field}=x"), group, "Event").unwrap_err();
+            assert_eq!(
+                (err.code, err.message),
+                (400, format!("field label not supported: {field}"))
+            );
+        }
     }
 }

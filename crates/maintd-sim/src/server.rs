@@ -26,7 +26,7 @@ use super::select::{FieldSelector, LabelSelector};
 use super::state::SimState;
 use super::store::{Store, rv_of};
 use super::verbs::{self, DeleteOptions, Part, PatchType, Writer};
-use super::{admission, discovery, protobuf, requestinfo, scale, table, watch};
+use super::{admission, discovery, lifecycle, protobuf, requestinfo, scale, table, watch};
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
@@ -516,6 +516,7 @@ async fn resource(
                 audit.verb = "create".into();
                 let obj = parse_body(headers, body)?;
                 audit.name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                lifecycle::strict(&t.def, &obj, query.get("fieldValidation").map(String::as_str))?;
                 let created = verbs::create(sim, &t.def, t.namespace.as_deref(), obj, &writer(headers, query), false)?;
                 audit.name = created["metadata"]["name"].as_str().unwrap_or_default().to_string();
                 audit.uid = created["metadata"]["uid"].as_str().map(str::to_string);
@@ -541,6 +542,7 @@ async fn resource(
             (&Method::PUT, Some(name), _) => {
                 audit.verb = "update".into();
                 let obj = parse_body(headers, body)?;
+                lifecycle::strict(&t.def, &obj, query.get("fieldValidation").map(String::as_str))?;
                 let updated = verbs::update(sim, &t.def, &ns, name, part, obj, &writer(headers, query))?;
                 Ok((200, (*updated).clone()))
             }
@@ -587,7 +589,7 @@ async fn resource(
             (&Method::DELETE, None, None) => {
                 audit.verb = "deletecollection".into();
                 let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?;
-                let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str), &t.def.kind)?;
+                let fields = FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str), &t.def.group, &t.def.kind)?;
                 let victims: Vec<Value> = sim.store().list(&t.def.gr(), t.namespace.as_deref()).into_iter()
                     .filter(|o| labels.matches(o) && fields.matches(o)).map(|o| (*o).clone()).collect();
                 for v in &victims {
@@ -634,6 +636,7 @@ fn list(
     let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?;
     let fields = FieldSelector::parse(
         query.get("fieldSelector").map_or("", String::as_str),
+        &t.def.group,
         &t.def.kind,
     )?;
     let limit: usize = match query.get("limit") {
@@ -744,10 +747,12 @@ fn watch_response(
         let labels = LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))?;
         let mut fields = FieldSelector::parse(
             query.get("fieldSelector").map_or("", String::as_str),
+            &t.def.group,
             &t.def.kind,
         )?;
         if let Some(name) = &t.name {
-            fields = FieldSelector::parse(&format!("metadata.name={name}"), &t.def.kind)?;
+            fields =
+                FieldSelector::parse(&format!("metadata.name={name}"), &t.def.group, &t.def.kind)?;
         }
         let timeout = match query.get("timeoutSeconds") {
             Some(s) => Some(Duration::from_secs(s.parse().map_err(|_| {

@@ -36,11 +36,18 @@ pub struct SimConfig {
     /// status after its pods or spec change (a busy cluster's lag; 0 for
     /// tests that want it at once).
     pub disruption_lag: Duration,
-    /// Serve KEP-4563's EvictionRequest API (`lifecycle.k8s.io/v1alpha1`)
-    /// and run its eviction request controller, as a cluster with the
-    /// `EvictionRequestAPI` feature gate on does. Off, the group is not
-    /// listed and its paths answer 404.
+    /// Serve the EvictionRequest API (`lifecycle.k8s.io/v1alpha1`, KEP-4563)
+    /// and the Pod's `spec.evictionResponders`, as Kubernetes 1.37 does
+    /// with the `EvictionRequestAPI` feature gate on. Off, the group is not
+    /// listed, its paths answer 404, and a pod's responders are dropped.
     pub eviction_requests: bool,
+    /// Also run the evictionrequest-controller and the responders the
+    /// simulator plays, with `eviction_requests`. Off by default, as in
+    /// Kubernetes 1.37.2, which ships no controller: a request is accepted
+    /// and nothing acts on it. On, the simulator does what the API's type
+    /// comments say the controller does (later releases are expected to
+    /// ship it), for tests of what a requester sees of responders at work.
+    pub eviction_request_controller: bool,
     /// How long the simulated live migration responder takes when its pod
     /// does not say (`sim.maintd.io/live-migration-seconds`).
     pub live_migration: Duration,
@@ -61,6 +68,7 @@ impl Default for SimConfig {
             max_body: 3 * 1024 * 1024,
             disruption_lag: Duration::from_millis(300),
             eviction_requests: false,
+            eviction_request_controller: false,
             live_migration: Duration::from_secs(5),
             volume_detach: Duration::from_secs(1),
         }
@@ -91,6 +99,8 @@ impl SimState {
         for def in builtins() {
             store.register(def);
         }
+        let (events, core_events) = super::events::view();
+        store.add_view(events, core_events);
         if config.eviction_requests {
             for def in super::lifecycle::resources() {
                 store.register(def);

@@ -4,7 +4,9 @@
 //!
 //! Like etcd behind a kube-apiserver, the store knows nothing about the
 //! semantics of the objects; validation, defaulting and graceful deletion live
-//! in `api.rs`, controllers in `kubelet.rs` and `controllers.rs`.
+//! in `api.rs`, controllers in `kubelet.rs` and `controllers.rs`. A resource
+//! may be a [`View`] of another's objects, converted on the way in and out
+//! by functions its registration gives (events.k8s.io Events, `events.rs`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -54,6 +56,8 @@ pub struct Store {
     rv: u64,
     resources: BTreeMap<Gr, Arc<ResourceDef>>,
     objects: HashMap<Gr, Bucket>,
+    /// Resources whose objects are another resource's.
+    views: HashMap<Gr, View>,
     history: VecDeque<Arc<StoreEvent>>,
     history_cap: usize,
     /// Events at or below this resourceVersion are no longer in the history.
@@ -70,6 +74,38 @@ pub struct Store {
     /// Pods by the node they are bound to, as the kubelet's watch sees
     /// them: a node's pods without reading every pod.
     pods_on: HashMap<String, BTreeSet<ObjKey>>,
+}
+
+/// A resource served from another resource's objects, as Kubernetes serves
+/// events.k8s.io Events from the core Events' storage: one set of objects,
+/// one resourceVersion each, converted field by field for each API. Reads
+/// and writes of the view's resource go to its home's objects; the changes
+/// it makes are the home's changes (a watcher of the view converts them).
+#[derive(Debug, Clone)]
+pub struct View {
+    /// The resource whose objects these are.
+    pub home: Gr,
+    /// An object of the view as its home keeps it.
+    pub to_home: fn(Value) -> Value,
+    /// An object of the home as the view serves it.
+    pub from_home: fn(&Value) -> Value,
+}
+
+impl View {
+    fn show(&self, obj: &Value) -> Arc<Value> {
+        Arc::new((self.from_home)(obj))
+    }
+
+    /// A change of the home's objects as a watcher of the view sees it.
+    pub fn event(&self, ev: &StoreEvent) -> Arc<StoreEvent> {
+        Arc::new(StoreEvent {
+            rv: ev.rv,
+            gr: ev.gr.clone(),
+            kind: ev.kind,
+            object: self.show(&ev.object),
+            prev: ev.prev.as_ref().map(|p| self.show(p)),
+        })
+    }
 }
 
 /// Which changes a watcher is woken for.
@@ -98,6 +134,7 @@ impl Store {
             rv: 1,
             resources: BTreeMap::new(),
             objects: HashMap::new(),
+            views: HashMap::new(),
             history: VecDeque::with_capacity(history_cap.min(65_536)),
             history_cap: history_cap.max(1),
             compacted: 0,
@@ -127,6 +164,22 @@ impl Store {
         let gr = def.gr();
         self.objects.entry(gr.clone()).or_default();
         self.resources.insert(gr, Arc::new(def));
+    }
+
+    /// Makes the registered resource `gr` a view of `view.home`'s objects.
+    pub fn add_view(&mut self, gr: Gr, view: View) {
+        self.objects.remove(&gr);
+        self.views.insert(gr, view);
+    }
+
+    /// The view `gr` is, if it is one.
+    pub fn view(&self, gr: &Gr) -> Option<&View> {
+        self.views.get(gr)
+    }
+
+    /// The resource whose objects `gr` serves: its own, or a view's home.
+    pub fn home<'a>(&'a self, gr: &'a Gr) -> &'a Gr {
+        self.views.get(gr).map_or(gr, |v| &v.home)
     }
 
     pub fn unregister(&mut self, gr: &Gr) {
@@ -162,24 +215,32 @@ impl Store {
     }
 
     pub fn get(&self, gr: &Gr, ns: &str, name: &str) -> Option<Arc<Value>> {
-        self.objects
-            .get(gr)?
-            .get(&(ns.to_string(), name.to_string()))
-            .cloned()
+        let obj = self
+            .objects
+            .get(self.home(gr))?
+            .get(&(ns.to_string(), name.to_string()))?;
+        Some(match self.views.get(gr) {
+            Some(view) => view.show(obj),
+            None => obj.clone(),
+        })
     }
 
     /// All objects of a resource, in one namespace or (None) all of them.
     pub fn list(&self, gr: &Gr, ns: Option<&str>) -> Vec<Arc<Value>> {
-        let Some(bucket) = self.objects.get(gr) else {
+        let Some(bucket) = self.objects.get(self.home(gr)) else {
             return Vec::new();
         };
-        match ns {
+        let objs: Vec<Arc<Value>> = match ns {
             None => bucket.values().cloned().collect(),
             Some(ns) => bucket
                 .range((ns.to_string(), String::new())..)
                 .take_while(|((n, _), _)| n == ns)
                 .map(|(_, v)| v.clone())
                 .collect(),
+        };
+        match self.views.get(gr) {
+            Some(view) => objs.iter().map(|o| view.show(o)).collect(),
+            None => objs,
         }
     }
 
@@ -273,7 +334,7 @@ impl Store {
     }
 
     pub fn count(&self, gr: &Gr) -> usize {
-        self.objects.get(gr).map_or(0, |b| b.len())
+        self.objects.get(self.home(gr)).map_or(0, |b| b.len())
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoreEvent>> {
@@ -283,6 +344,12 @@ impl Store {
     /// Changes on one route only; a superset of what the watcher wants, so
     /// it still filters.
     pub fn subscribe_route(&mut self, route: Route) -> broadcast::Receiver<Arc<StoreEvent>> {
+        // A view's changes are its home's.
+        let route = match route {
+            Route::Resource(gr) => Route::Resource(self.home(&gr).clone()),
+            Route::Name(gr, name) => Route::Name(self.home(&gr).clone(), name),
+            pods => pods,
+        };
         let capacity = match route {
             Route::Resource(_) => CAPACITY,
             Route::Name(..) | Route::PodsOn(_) => ROUTE_CAPACITY,
@@ -359,30 +426,51 @@ impl Store {
 
     /// Stores a new object. The caller has validated and defaulted it; the
     /// store stamps the resourceVersion.
-    pub fn insert(&mut self, gr: &Gr, mut obj: Value) -> Result<Arc<Value>, ApiError> {
+    pub fn insert(&mut self, gr: &Gr, obj: Value) -> Result<Arc<Value>, ApiError> {
+        match self.views.get(gr).cloned() {
+            Some(view) => Ok(view.show(&*self.insert_at(&view.home, (view.to_home)(obj), gr)?)),
+            None => self.insert_at(gr, obj, gr),
+        }
+    }
+
+    /// Stores a new object of `home`; an error names `asked`, the resource
+    /// the client wrote to.
+    fn insert_at(&mut self, home: &Gr, mut obj: Value, asked: &Gr) -> Result<Arc<Value>, ApiError> {
         let key = key_of(&obj);
-        let bucket = self.objects.entry(gr.clone()).or_default();
+        let bucket = self.objects.entry(home.clone()).or_default();
         if bucket.contains_key(&key) {
-            return Err(ApiError::already_exists(gr, &key.1));
+            return Err(ApiError::already_exists(asked, &key.1));
         }
         let rv = self.next_rv();
         set_rv(&mut obj, rv);
         let obj = Arc::new(obj);
-        self.index(gr, &key, None, Some(&obj));
+        self.index(home, &key, None, Some(&obj));
         self.objects
-            .entry(gr.clone())
+            .entry(home.clone())
             .or_default()
             .insert(key, obj.clone());
-        self.record(gr, EventType::Added, obj.clone(), None);
+        self.record(home, EventType::Added, obj.clone(), None);
         Ok(obj)
     }
 
     /// Replaces an existing object. An unchanged object is not written again
     /// (no new resourceVersion, no event), as the apiserver skips no-op writes.
-    pub fn replace(&mut self, gr: &Gr, mut obj: Value) -> Result<Arc<Value>, ApiError> {
+    pub fn replace(&mut self, gr: &Gr, obj: Value) -> Result<Arc<Value>, ApiError> {
+        match self.views.get(gr).cloned() {
+            Some(view) => Ok(view.show(&*self.replace_at(&view.home, (view.to_home)(obj), gr)?)),
+            None => self.replace_at(gr, obj, gr),
+        }
+    }
+
+    fn replace_at(
+        &mut self,
+        home: &Gr,
+        mut obj: Value,
+        asked: &Gr,
+    ) -> Result<Arc<Value>, ApiError> {
         let key = key_of(&obj);
-        let Some(old) = self.objects.get(gr).and_then(|b| b.get(&key)).cloned() else {
-            return Err(ApiError::not_found(gr, &key.1));
+        let Some(old) = self.objects.get(home).and_then(|b| b.get(&key)).cloned() else {
+            return Err(ApiError::not_found(asked, &key.1));
         };
         set_rv(&mut obj, rv_of(&old));
         if *old == obj {
@@ -391,27 +479,32 @@ impl Store {
         let rv = self.next_rv();
         set_rv(&mut obj, rv);
         let obj = Arc::new(obj);
-        self.index(gr, &key, Some(&old), Some(&obj));
+        self.index(home, &key, Some(&old), Some(&obj));
         self.objects
-            .entry(gr.clone())
+            .entry(home.clone())
             .or_default()
             .insert(key, obj.clone());
-        self.record(gr, EventType::Modified, obj.clone(), Some(old));
+        self.record(home, EventType::Modified, obj.clone(), Some(old));
         Ok(obj)
     }
 
     /// Removes an object for good; the DELETED event carries a new
     /// resourceVersion, as in Kubernetes.
     pub fn remove(&mut self, gr: &Gr, ns: &str, name: &str) -> Option<Arc<Value>> {
+        let view = self.views.get(gr).cloned();
+        let home = view.as_ref().map_or(gr, |v| &v.home).clone();
         let key = (ns.to_string(), name.to_string());
-        let old = self.objects.get_mut(gr)?.remove(&key)?;
-        self.index(gr, &key, Some(&old), None);
+        let old = self.objects.get_mut(&home)?.remove(&key)?;
+        self.index(&home, &key, Some(&old), None);
         let rv = self.next_rv();
         let mut gone = (*old).clone();
         set_rv(&mut gone, rv);
         let gone = Arc::new(gone);
-        self.record(gr, EventType::Deleted, gone.clone(), Some(old));
-        Some(gone)
+        self.record(&home, EventType::Deleted, gone.clone(), Some(old));
+        Some(match view {
+            Some(view) => view.show(&gone),
+            None => gone,
+        })
     }
 }
 

@@ -18,7 +18,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use k8s_openapi::api::{
-    admissionregistration, apps, coordination, core, events, policy, rbac, scheduling, storage,
+    admissionregistration, apps, coordination, core, events, lifecycle, policy, rbac, scheduling,
+    storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
@@ -125,6 +126,10 @@ pub fn check(def: &ResourceDef, obj: &Value) -> Result<(), Mismatch> {
         ("apps", "StatefulSet") => decode::<apps::v1::StatefulSet>(obj),
         ("policy", "PodDisruptionBudget") => decode::<policy::v1::PodDisruptionBudget>(obj),
         ("coordination.k8s.io", "Lease") => decode::<coordination::v1::Lease>(obj),
+        ("lifecycle.k8s.io", "EvictionRequest") => {
+            decode::<lifecycle::v1alpha1::EvictionRequest>(obj)
+        }
+        ("lifecycle.k8s.io", "Eviction") => decode::<lifecycle::v1alpha1::Eviction>(obj),
         ("events.k8s.io", "Event") => decode::<events::v1::Event>(obj),
         ("scheduling.k8s.io", "PriorityClass") => decode::<scheduling::v1::PriorityClass>(obj),
         ("rbac.authorization.k8s.io", "ClusterRole") => decode::<rbac::v1::ClusterRole>(obj),

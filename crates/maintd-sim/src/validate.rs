@@ -1,7 +1,6 @@
 //! Defaulting and validation the apiserver applies to the built-in kinds the
-//! simulator cares about. Custom resources are stored as given: the simulator
-//! does not run OpenAPI schema validation (a difference from a real cluster;
-//! the agent validates NodeMaintenance objects itself).
+//! simulator cares about. Custom resources are checked against their CRD's
+//! schema in `crd_validation.rs`.
 
 use serde_json::{Value, json};
 
@@ -152,12 +151,14 @@ pub fn check(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
             }
         }
         ("", "Node") => check_taints(&obj["spec"]["taints"], &mut causes),
-        ("", "Pod")
+        ("", "Pod") => {
             if obj["spec"]["containers"]
                 .as_array()
-                .is_none_or(|c| c.is_empty()) =>
-        {
-            causes.push(("spec.containers".into(), "Required value".into()));
+                .is_none_or(|c| c.is_empty())
+            {
+                causes.push(("spec.containers".into(), "Required value".into()));
+            }
+            super::lifecycle::check_pod(&obj["spec"], &mut causes);
         }
         ("policy", "PodDisruptionBudget") => {
             let spec = &obj["spec"];

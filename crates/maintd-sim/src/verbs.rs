@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::admission;
 use super::auth::UserInfo;
+use super::crd_validation;
 use super::errors::ApiError;
 use super::meta::{self, now_time};
 use super::patch;
@@ -204,8 +205,11 @@ pub fn create(
         m.remove("status");
     }
     let mut store = sim.store();
+    super::lifecycle::prune(def, &mut obj);
+    super::lifecycle::drop_disabled(&store, def, None, &mut obj);
     validate::default_new(&store, def, &mut obj);
     validate::check(def, &obj)?;
+    crd_validation::check(def, None, &obj, false)?;
     patch::record_update(
         None,
         &mut obj,
@@ -518,7 +522,10 @@ fn commit(
         let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
         new["metadata"]["generation"] = json!(generation + 1);
     }
+    super::lifecycle::prune(def, &mut new);
+    super::lifecycle::drop_disabled(store, def, Some(old), &mut new);
     validate::check(def, &new)?;
+    crd_validation::check(def, Some(old), &new, part == Part::Status)?;
     super::lifecycle::check_update(def, old, &new)?;
     super::volumes::check_update(def, old, &new)?;
     if op != "Apply" {

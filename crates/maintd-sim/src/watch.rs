@@ -15,7 +15,7 @@ use super::errors::ApiError;
 use super::resources::{Gr, ResourceDef};
 use super::select::{FieldSelector, LabelSelector};
 use super::state::SimState;
-use super::store::{EventType, Route, StoreEvent};
+use super::store::{EventType, Route, StoreEvent, View};
 use super::table;
 
 /// What a watch request asked for.
@@ -117,8 +117,13 @@ pub fn start(sim: &Arc<SimState>, req: WatchRequest) -> Result<mpsc::Receiver<By
     let mut gone = false;
     let rx;
     let start_rv;
+    let seen;
     {
         let mut store = sim.store();
+        seen = Seen {
+            home: store.home(&gr).clone(),
+            view: store.view(&gr).cloned(),
+        };
         rx = store.subscribe_route(route_for(&gr, &req.fields));
         let asked: Option<u64> = match req.resource_version.as_deref() {
             None | Some("") | Some("0") => None,
@@ -131,8 +136,8 @@ pub fn start(sim: &Arc<SimState>, req: WatchRequest) -> Result<mpsc::Receiver<By
         match asked {
             Some(rv) if !req.send_initial_events => match store.events_since(rv) {
                 Some(events) => {
-                    for ev in events.iter().filter(|e| e.gr == gr) {
-                        if let Some((kind, obj)) = transition(&req, ev) {
+                    for ev in events.iter().filter_map(|e| seen.of(e)) {
+                        if let Some((kind, obj)) = transition(&req, &ev) {
                             initial.push(req.encode(kind, obj));
                         }
                     }
@@ -172,9 +177,28 @@ pub fn start(sim: &Arc<SimState>, req: WatchRequest) -> Result<mpsc::Receiver<By
         if gone {
             return;
         }
-        stream(req, rx, tx, start_rv, interval).await;
+        stream(req, seen, rx, tx, start_rv, interval).await;
     });
     Ok(out)
+}
+
+/// Which store events a watch is about, and how it sees them: a view's
+/// watcher (events.k8s.io Events) hears its home's changes, converted.
+struct Seen {
+    home: Gr,
+    view: Option<View>,
+}
+
+impl Seen {
+    fn of(&self, ev: &Arc<StoreEvent>) -> Option<Arc<StoreEvent>> {
+        if ev.gr != self.home {
+            return None;
+        }
+        Some(match &self.view {
+            Some(view) => view.event(ev),
+            None => ev.clone(),
+        })
+    }
 }
 
 /// The watches being served now, by collection path: the audit log
@@ -249,12 +273,12 @@ fn transition<'a>(req: &WatchRequest, ev: &'a StoreEvent) -> Option<(&'static st
 
 async fn stream(
     req: WatchRequest,
+    seen: Seen,
     mut rx: broadcast::Receiver<Arc<StoreEvent>>,
     tx: mpsc::Sender<Bytes>,
     start_rv: u64,
     interval: Duration,
 ) {
-    let gr = req.def.gr();
     let mut last_rv = start_rv;
     let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
@@ -272,9 +296,9 @@ async fn stream(
                         continue;
                     }
                     last_rv = ev.rv;
-                    if ev.gr != gr {
+                    let Some(ev) = seen.of(&ev) else {
                         continue;
-                    }
+                    };
                     if let Some((kind, obj)) = transition(&req, &ev)
                         && tx.send(req.encode(kind, obj)).await.is_err()
                     {

@@ -1,18 +1,20 @@
 //! One pod asked to leave through an EvictionRequest (KEP-4563): made or
 //! adopted, followed until its responders have evicted the pod, and given
-//! up (withdrawn, then deleted) when the pod is deleted instead or the
-//! request fails, in which case the Eviction API takes over. A pod is never
-//! asked through both at once.
+//! up (withdrawn, then deleted) when the pod is deleted instead, when the
+//! request fails, or when nothing acts on it within the operator's bound
+//! (Kubernetes 1.37 serves the API without a controller); in the last two
+//! the Eviction API takes over. A pod is never asked through both at once.
 
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Drainer;
-use crate::drain::eviction_requests::{self, Asked, State};
+use crate::drain::eviction_requests::{self, Asked, ProgressBound, State};
 use crate::drain::plan::PlannedPod;
 use crate::drain::progress::{EventKind, PodState};
-use crate::index::Backoff;
+use crate::index::{Backoff, sleep_until};
 
 /// How a request for one pod ended.
 pub(super) enum Requested {
@@ -50,6 +52,9 @@ impl Drainer {
         };
         let requests = &self.requests;
         let request_name = eviction_requests::name(&pod.uid);
+        // From the first ask: a request made again after someone else
+        // deleted it does not start the bound over.
+        let mut bound = ProgressBound::new(Instant::now(), requests.progress_timeout());
         'ask: loop {
             match requests.request(&pod.namespace, &pod.name, &pod.uid).await {
                 Asked::Requested => {}
@@ -86,6 +91,19 @@ impl Drainer {
                     return Requested::Going;
                 }
                 let state = requests.state(&pod.namespace, &pod.uid).await;
+                let unattended = state.as_ref().is_ok_and(|s| bound.step(s, Instant::now()));
+                if unattended {
+                    requests.give_up_untouched(&pod.namespace, &pod.uid).await;
+                    let why = bound.why(&request_name);
+                    let warning = format!("pod {}/{}: {why}", pod.namespace, pod.name);
+                    p.update(|st| {
+                        if !st.warnings.contains(&warning) {
+                            st.warnings.push(warning);
+                        }
+                    });
+                    p.emit(event(EventKind::PodError, why));
+                    return Requested::Evict;
+                }
                 match state {
                     Ok(State::Evicted) => {
                         requests.retire(&pod.namespace, &pod.uid);
@@ -121,6 +139,15 @@ impl Drainer {
                         }
                         continue 'ask;
                     }
+                    Ok(State::Untouched) => {
+                        let words = bound.waiting(&request_name);
+                        self.set_pod(&pod.uid, PodState::Blocked, Some(words.clone()));
+                        self.refresh_blockers();
+                        if said.as_deref() != Some(words.as_str()) {
+                            said = Some(words.clone());
+                            p.emit(event(EventKind::PodBlocked, words));
+                        }
+                    }
                     Ok(State::Pending(words)) => {
                         self.set_pod(&pod.uid, PodState::Blocked, Some(words.clone()));
                         self.refresh_blockers();
@@ -151,6 +178,9 @@ impl Drainer {
                     _ = cancel.cancelled() => return Requested::Cancelled,
                     _ = stop_evicting.cancelled() => {}
                     _ = tokio::time::sleep(poll.next_delay()) => {}
+                    // Past the bound, a request not read (an error) waits
+                    // for the next poll, not in a loop.
+                    _ = sleep_until(bound.wake_at().filter(|t| *t > Instant::now())) => {}
                     _ = pods.wait_until(move |i| !i.contains(&uid)) => {}
                 }
             }

@@ -1,5 +1,7 @@
-//! The eviction request controller (kube-controller-manager's
-//! evictionrequest-controller): it validates EvictionRequests, makes one
+//! The eviction request controller, as the API's type comments describe
+//! the evictionrequest-controller (Kubernetes 1.37.2 ships none; it runs
+//! only when `SimConfig::eviction_request_controller` says so): it
+//! validates EvictionRequests, makes one
 //! Eviction per target pod from the active ones, hands the eviction from
 //! responder to responder, cancels it when every requester has withdrawn,
 //! records the target's eviction, copies the outcome into every
@@ -227,10 +229,7 @@ fn reconcile_target(
 fn requesters(reqs: &[&Arc<Value>]) -> Vec<Requester> {
     let mut out: Vec<Requester> = Vec::new();
     for r in reqs {
-        let name = r["spec"]["requesterName"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
+        let name = r["spec"]["requester"].as_str().unwrap_or("").to_string();
         let intent = if meta::is_terminating(r) {
             "Withdrawn"
         } else {
@@ -278,8 +277,8 @@ fn create_eviction(
     None
 }
 
-/// The KEP's lookup labels: each requester and responder name as a key,
-/// valued `requester`, `responder` or `requesterresponder`.
+/// The lookup labels: each requester and responder name as a key, valued
+/// `requester`, `responder` or `requester-responder`.
 fn label(sim: &SimState, ev: &Arc<Value>) -> Option<Arc<Value>> {
     let names = |list: &str| -> Vec<String> {
         ev["status"][list]
@@ -295,13 +294,8 @@ fn label(sim: &SimState, ev: &Arc<Value>) -> Option<Arc<Value>> {
         .as_object()
         .cloned()
         .unwrap_or_default();
-    for n in req.iter().chain(resp.iter()) {
-        let role = match (req.contains(n), resp.contains(n)) {
-            (true, true) => "requesterresponder",
-            (true, false) => "requester",
-            _ => "responder",
-        };
-        labels.insert(n.clone(), json!(role));
+    for (n, role) in status::roles(&req, &resp) {
+        labels.insert(n, json!(role));
     }
     if ev["metadata"]["labels"].as_object() == Some(&labels) {
         return Some(ev.clone());

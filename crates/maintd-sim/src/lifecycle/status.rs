@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::{HEARTBEAT_DEADLINE_SECS, IMPERATIVE_EVICTOR};
+use super::{HEARTBEAT_DEADLINE_SECS, IMPERATIVE_EVICTOR, IMPERATIVE_EVICTOR_PRIORITY};
 
 pub const FAILED: &str = "Failed";
 pub const TARGET_EVICTED: &str = "TargetEvicted";
@@ -23,30 +23,38 @@ pub type Cond<'a> = (&'a str, &'a str, &'a str, String);
 /// A requester as the Eviction tracks it: name and intent.
 pub type Requester = (String, String);
 
-/// The first status of an Eviction: the pod's responders then the
-/// imperative evictor, all Inactive; nothing decided yet.
+/// The first status of an Eviction: the pod's responders and the
+/// imperative evictor (priority 100), higher priority first; the first is
+/// Active from the start (validation wants the highest-priority responder
+/// Active when the lists are first set), the rest Inactive.
 pub fn initial(pod: &Value, requesters: &[Requester], now: &str) -> Value {
-    let mut names: Vec<String> = Vec::new();
+    let mut found: Vec<(String, i64)> = Vec::new();
     for r in pod["spec"]["evictionResponders"]
         .as_array()
         .into_iter()
         .flatten()
     {
-        if let Some(n) = r["name"].as_str()
+        if let (Some(n), Some(p)) = (r["name"].as_str(), r["priority"].as_i64())
             && !n.is_empty()
             && n != IMPERATIVE_EVICTOR
-            && !names.iter().any(|m| m == n)
-            && names.len() < super::MAX_POD_RESPONDERS
+            && !found.iter().any(|(m, _)| m == n)
+            && found.len() < super::MAX_POD_RESPONDERS
         {
-            names.push(n.to_string());
+            found.push((n.to_string(), p));
         }
     }
-    names.push(IMPERATIVE_EVICTOR.to_string());
+    found.push((IMPERATIVE_EVICTOR.to_string(), IMPERATIVE_EVICTOR_PRIORITY));
+    sort_responders(&mut found);
+    let state = |i: usize| if i == 0 { "Active" } else { "Inactive" };
     let mut status = json!({
         "observedGeneration": 1,
         "requesters": requesters.iter().map(|(n, i)| json!({"name": n, "intent": i})).collect::<Vec<_>>(),
-        "targetResponders": names.iter().map(|n| json!({"name": n, "state": "Inactive"})).collect::<Vec<_>>(),
-        "responders": names.iter().map(|n| json!({"name": n})).collect::<Vec<_>>(),
+        "targetResponders": found.iter().enumerate()
+            .map(|(i, (n, p))| json!({"name": n, "priority": p, "state": state(i)}))
+            .collect::<Vec<_>>(),
+        "responders": found.iter().enumerate()
+            .map(|(i, (n, _))| if i == 0 { json!({"name": n, "startTime": now}) } else { json!({"name": n}) })
+            .collect::<Vec<_>>(),
         "conditions": [],
     });
     let awaiting = "The target is scheduled for an eviction.".to_string();
@@ -60,6 +68,35 @@ pub fn initial(pod: &Value, requesters: &[Requester], now: &str) -> Value {
         now,
     );
     status
+}
+
+/// Upstream's `SortTargetResponders`: higher priority first; on equal
+/// priority by domain, compared label by label from the top-level domain
+/// down, then by the key.
+pub fn sort_responders(list: &mut [(String, i64)]) {
+    fn rank(name: &str) -> (Vec<&str>, &str) {
+        let (domain, key) = name.split_once('/').unwrap_or((name, ""));
+        (domain.rsplit('.').collect(), key)
+    }
+    list.sort_by(|(a, pa), (b, pb)| pb.cmp(pa).then_with(|| rank(a).cmp(&rank(b))));
+}
+
+/// The Eviction's lookup labels: each participant's name as a key, valued
+/// by its role (`EvictionParticipantRole`).
+pub fn roles(requesters: &[String], responders: &[String]) -> Vec<(String, &'static str)> {
+    let mut out: Vec<(String, &'static str)> = Vec::new();
+    for n in requesters.iter().chain(responders) {
+        if out.iter().any(|(m, _)| m == n) {
+            continue;
+        }
+        let role = match (requesters.contains(n), responders.contains(n)) {
+            (true, true) => "requester-responder",
+            (true, false) => "requester",
+            _ => "responder",
+        };
+        out.push((n.clone(), role));
+    }
+    out
 }
 
 /// Whether a condition of `status` is True.

@@ -1,5 +1,4 @@
-//! Admission of EvictionRequests and Evictions, and the controller's
-//! status transitions, as plain data.
+//! The controller's status transitions, as plain data.
 
 use serde_json::{Value, json};
 
@@ -15,10 +14,6 @@ fn def(kind: &str) -> ResourceDef {
         .expect("served")
 }
 
-fn request(spec: Value) -> Value {
-    json!({"metadata": {"name": "r", "namespace": "default"}, "spec": spec})
-}
-
 fn refusals(kind: &str, obj: &Value) -> Vec<String> {
     let mut causes = Vec::new();
     check(&def(kind), obj, &mut causes);
@@ -26,126 +21,6 @@ fn refusals(kind: &str, obj: &Value) -> Vec<String> {
         .into_iter()
         .map(|(f, m)| format!("{f}: {m}"))
         .collect()
-}
-
-#[test]
-fn admission_refuses_what_the_kep_refuses() {
-    let pod = json!({"pod": {"name": "web-1", "uid": UID}});
-    let cases: Vec<(Value, &str)> = vec![
-        (
-            json!({"target": pod, "requesterName": "maintd.io/drain", "intent": "Eviction"}),
-            "",
-        ),
-        (
-            json!({"target": pod, "requesterName": "maintd.io/drain", "intent": "Withdrawn"}),
-            "",
-        ),
-        (
-            json!({"requesterName": "maintd.io/drain", "intent": "Eviction"}),
-            "spec.target.pod: Required value",
-        ),
-        (
-            json!({"target": {"pod": {"uid": UID}}, "requesterName": "a.io/b", "intent": "Eviction"}),
-            "spec.target.pod.name: Required value",
-        ),
-        (
-            json!({"target": {"pod": {"name": "Web_1", "uid": UID}}, "requesterName": "a.io/b", "intent": "Eviction"}),
-            "spec.target.pod.name: Invalid value",
-        ),
-        (
-            json!({"target": {"pod": {"name": "w"}}, "requesterName": "a.io/b", "intent": "Eviction"}),
-            "spec.target.pod.uid: Required value",
-        ),
-        (
-            json!({"target": {"pod": {"name": "w", "uid": "ABC"}}, "requesterName": "a.io/b", "intent": "Eviction"}),
-            "spec.target.pod.uid: Invalid value",
-        ),
-        (
-            json!({"target": pod, "intent": "Eviction"}),
-            "spec.requesterName: Required value",
-        ),
-        (
-            json!({"target": pod, "requesterName": "drain", "intent": "Eviction"}),
-            "must be a domain-prefixed path",
-        ),
-        (
-            json!({"target": pod, "requesterName": "Acme.io/drain", "intent": "Eviction"}),
-            "prefix must be a DNS subdomain",
-        ),
-        (
-            json!({"target": pod, "requesterName": "acme.io/", "intent": "Eviction"}),
-            "the path must be",
-        ),
-        (
-            json!({"target": pod, "requesterName": "nodes.k8s.io/drain", "intent": "Eviction"}),
-            "are reserved",
-        ),
-        (
-            json!({"target": pod, "requesterName": "kubernetes.io/drain", "intent": "Eviction"}),
-            "are reserved",
-        ),
-        (
-            json!({"target": pod, "requesterName": "a.io/b"}),
-            "spec.intent: Required value",
-        ),
-        (
-            json!({"target": pod, "requesterName": "a.io/b", "intent": "Evict"}),
-            "spec.intent: Unsupported value: \"Evict\"",
-        ),
-    ];
-    for (spec, want) in cases {
-        let got = refusals("EvictionRequest", &request(spec.clone()));
-        if want.is_empty() {
-            assert!(got.is_empty(), "{spec}: {got:?}");
-        } else {
-            assert!(
-                got.iter().any(|g| g.contains(want)),
-                "{spec}: want {want:?}, got {got:?}"
-            );
-        }
-    }
-    let eviction = json!({"metadata": {"name": "e"}, "spec": {"target": {}}});
-    assert_eq!(
-        refusals("Eviction", &eviction),
-        ["spec.target.pod: Required value"]
-    );
-}
-
-#[test]
-fn target_and_requester_are_immutable() {
-    let old = request(
-        json!({"target": {"pod": {"name": "a", "uid": UID}}, "requesterName": "a.io/b", "intent": "Eviction"}),
-    );
-    let mut withdrawn = old.clone();
-    withdrawn["spec"]["intent"] = json!("Withdrawn");
-    assert!(check_update(&def("EvictionRequest"), &old, &withdrawn).is_ok());
-    for (field, value) in [
-        ("target", json!({"pod": {"name": "b", "uid": UID}})),
-        ("requesterName", json!("c.io/d")),
-    ] {
-        let mut new = old.clone();
-        new["spec"][field] = value;
-        let err = check_update(&def("EvictionRequest"), &old, &new).expect_err(field);
-        assert_eq!(err.code, 422);
-        assert!(
-            err.message.contains("field is immutable"),
-            "{}",
-            err.message
-        );
-    }
-}
-
-#[test]
-fn target_responders_cannot_be_added_or_removed() {
-    let pod = json!({"spec": {"evictionResponders": [{"name": LIVE_MIGRATION}]}});
-    let old =
-        json!({"metadata": {"name": "e"}, "spec": {}, "status": status::initial(&pod, &[], "t0")});
-    let mut new = old.clone();
-    new["status"]["targetResponders"] = json!([{"name": IMPERATIVE_EVICTOR, "state": "Active"}]);
-    assert!(check_update(&def("Eviction"), &old, &new).is_err());
-    let mut new = old.clone();
-    new["status"]["targetResponders"][0]["state"] = json!("Active");
-    assert!(check_update(&def("Eviction"), &old, &new).is_ok());
 }
 
 fn requesters(intents: &[&str]) -> Vec<(String, String)> {
@@ -179,39 +54,111 @@ fn reason(s: &Value, kind: &str) -> String {
     )
 }
 
+fn names_and_priorities(s: &Value) -> Vec<(String, i64)> {
+    s["targetResponders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_string(),
+                r["priority"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
 #[test]
-fn responders_run_in_order_and_the_evictor_comes_last() {
-    let pod = json!({"spec": {"evictionResponders": [{"name": LIVE_MIGRATION}, {"name": LIVE_MIGRATION}]}});
+fn responders_run_by_priority_and_the_evictor_comes_last() {
+    let pod = json!({"spec": {"evictionResponders": [
+        {"name": "backup.example.io/snapshot", "priority": 5000},
+        {"name": LIVE_MIGRATION, "priority": 10000},
+        {"name": LIVE_MIGRATION, "priority": 20000},
+    ]}});
     let fresh = |_: &str| Some(0);
     let req = requesters(&["Eviction"]);
     let s0 = status::initial(&pod, &req, "t0");
     assert_eq!(
-        states(&s0),
-        ["Inactive", "Inactive"],
-        "duplicates dropped, evictor appended"
+        names_and_priorities(&s0),
+        [
+            (LIVE_MIGRATION.to_string(), 10000),
+            ("backup.example.io/snapshot".to_string(), 5000),
+            (IMPERATIVE_EVICTOR.to_string(), 100),
+        ],
+        "higher priority first, duplicates dropped, the evictor at 100"
     );
-    assert_eq!(s0["targetResponders"][1]["name"], IMPERATIVE_EVICTOR);
-    assert_eq!(reason(&s0, FAILED), "False/AwaitingEviction");
-
-    let s1 = status::advance(&s0, &req, Target::Running, "t1", &fresh);
-    assert_eq!(states(&s1), ["Active", "Inactive"]);
-    assert_eq!(s1["responders"][0]["startTime"], "t1");
     assert_eq!(
-        status::advance(&s1, &req, Target::Running, "t2", &fresh),
-        s1,
+        states(&s0),
+        ["Active", "Inactive", "Inactive"],
+        "the first responder is Active from the start"
+    );
+    assert_eq!(s0["responders"][0]["startTime"], "t0");
+    assert_eq!(reason(&s0, FAILED), "False/AwaitingEviction");
+    let eviction =
+        json!({"spec": {"target": {"pod": {"name": "p", "uid": UID}}}, "status": s0.clone()});
+    assert!(
+        refusals("Eviction", &eviction).is_empty(),
+        "the controller's own status is valid"
+    );
+    assert_eq!(
+        status::advance(&s0, &req, Target::Running, "t1", &fresh),
+        s0,
         "nothing to do"
     );
 
-    let mut done = s1.clone();
+    let mut done = s0.clone();
     done["responders"][0]["completionTime"] = json!("t2");
-    let s2 = status::advance(&done, &req, Target::Running, "t3", &fresh);
-    assert_eq!(states(&s2), ["Completed", "Active"]);
+    let s1 = status::advance(&done, &req, Target::Running, "t3", &fresh);
+    assert_eq!(states(&s1), ["Completed", "Active", "Inactive"]);
+    assert_eq!(s1["responders"][1]["startTime"], "t3");
 
     let silent = |_: &str| Some(HEARTBEAT_DEADLINE_SECS + 1);
-    let s3 = status::advance(&s2, &req, Target::Running, "t4", &silent);
-    assert_eq!(states(&s3), ["Completed", "Interrupted"]);
+    let s2 = status::advance(&s1, &req, Target::Running, "t4", &silent);
+    assert_eq!(states(&s2), ["Completed", "Interrupted", "Active"]);
+    let s3 = status::advance(&s2, &req, Target::Running, "t5", &silent);
+    assert_eq!(states(&s3), ["Completed", "Interrupted", "Interrupted"]);
     assert_eq!(reason(&s3, FAILED), "True/NoFurtherResponder");
     assert!(status::is_final(&s3));
+}
+
+#[test]
+fn equal_priorities_are_ordered_by_domain_from_the_top() {
+    let mut list: Vec<(String, i64)> = [
+        ("storage.example.io/move", 5000),
+        ("backup.example.io/snapshot", 5000),
+        ("data.example.com/copy", 5000),
+        ("backup.example.io/archive", 5000),
+        ("z.example.io/first", 6000),
+    ]
+    .iter()
+    .map(|(n, p)| (n.to_string(), *p))
+    .collect();
+    status::sort_responders(&mut list);
+    let names: Vec<&str> = list.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "z.example.io/first",
+            "data.example.com/copy",
+            "backup.example.io/archive",
+            "backup.example.io/snapshot",
+            "storage.example.io/move",
+        ]
+    );
+}
+
+#[test]
+fn participants_label_the_eviction_by_role() {
+    let req = vec!["maintd.io/drain".to_string(), LIVE_MIGRATION.to_string()];
+    let resp = vec![LIVE_MIGRATION.to_string(), IMPERATIVE_EVICTOR.to_string()];
+    assert_eq!(
+        status::roles(&req, &resp),
+        [
+            ("maintd.io/drain".to_string(), "requester"),
+            (LIVE_MIGRATION.to_string(), "requester-responder"),
+            (IMPERATIVE_EVICTOR.to_string(), "responder"),
+        ]
+    );
 }
 
 #[test]

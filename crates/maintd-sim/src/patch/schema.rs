@@ -41,6 +41,7 @@ const POD_SPEC_LISTS: &[(&[&str], &[&str])] = &[
     (&["hostAliases"], &["ip"]),
     (&["schedulingGates"], &["name"]),
     (&["resourceClaims"], &["name"]),
+    (&["evictionResponders"], &["name"]),
     (
         &["topologySpreadConstraints"],
         &["topologyKey", "whenUnsatisfiable"],
@@ -109,6 +110,11 @@ impl ListSchema {
         walk_openapi(root, &mut Vec::new(), &mut out);
         out.declared = Some(root.clone());
         out
+    }
+
+    /// A CRD's `openAPIV3Schema` (None for a built-in kind).
+    pub fn declared(&self) -> Option<&Value> {
+        self.declared.as_ref()
     }
 
     /// The first field of `obj` a CRD's schema does not declare, as the API

@@ -186,6 +186,28 @@ fn packed_and_unpacked_lists_of_numbers_both_read() {
 }
 
 #[test]
+fn a_pods_eviction_responders_read_as_kubernetes_1_37_numbers_them() {
+    // PodSpec.evictionResponders = 44: EvictionResponder {name = 1,
+    // priority = 2} (k8s.io/api v0.37.2 core/v1/generated.proto).
+    let responder = [
+        field(1, b"live-migration.kubevirt.io/migrator"),
+        int(2, 10000),
+    ]
+    .concat();
+    let spec = field(44, &responder);
+    let obj = decode_body(&envelope(
+        "v1",
+        "Pod",
+        &[metadata("p"), field(2, &spec)].concat(),
+    ))
+    .unwrap();
+    assert_eq!(
+        obj["spec"]["evictionResponders"],
+        json!([{"name": "live-migration.kubevirt.io/migrator", "priority": 10000}])
+    );
+}
+
+#[test]
 fn fields_it_does_not_know_are_skipped() {
     let raw = [metadata("x"), field(99, b"from a newer version")].concat();
     let obj = decode_body(&envelope("v1", "Namespace", &raw)).unwrap();
