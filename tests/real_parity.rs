@@ -589,3 +589,31 @@ async fn the_simulator_answers_the_agents_requests_as_kubernetes_does() {
         ]);
     }
 }
+
+/// Every install deploy/ offers, the DaemonSet included, is accepted by
+/// Kubernetes 1.37 as `kubectl apply -k` sends it (a server-side dry run:
+/// admission, validation, the admission policy's CEL compiled by the API
+/// server's own environment).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_install_of_deploy_is_accepted_by_kubernetes() {
+    let real = Real::get();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The standalone installs (prometheus/ and grafana/ are components
+    // added to one of them).
+    for overlay in ["deploy", "deploy/medik8s", "deploy/without-confinement"] {
+        let dir = root.join(overlay);
+        let (ok, out, err) = real.kubectl(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--dry-run=server",
+            "-k",
+            &dir.to_string_lossy(),
+        ]);
+        assert!(ok, "{overlay}: {err}");
+        assert!(
+            out.contains("serverside-applied") || out.contains("(server dry run)"),
+            "{overlay}: {out}"
+        );
+    }
+}
