@@ -256,6 +256,9 @@ async fn main() {
         (n2 - n1) as f64 / drained as f64
     );
     let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
+    // Each kind of request by the answers it got: a refused eviction is
+    // a request the agent could have saved.
+    let mut answers: BTreeMap<String, BTreeMap<u16, usize>> = BTreeMap::new();
     for r in sim
         .state
         .audit
@@ -264,16 +267,36 @@ async fn main() {
         .skip(n1 + w1)
         .filter(|r| !r.watch)
     {
-        *by_kind.entry(request_kind(&r.method, &r.path)).or_default() += 1;
+        let kind = request_kind(&r.method, &r.path);
+        *answers
+            .entry(kind.clone())
+            .or_default()
+            .entry(r.code)
+            .or_default() += 1;
+        *by_kind.entry(kind).or_default() += 1;
     }
     let mut by_kind: Vec<(String, usize)> = by_kind.into_iter().collect();
     by_kind.sort_by_key(|k| std::cmp::Reverse(k.1));
     for (kind, n) in by_kind {
+        let codes: Vec<String> = answers[&kind]
+            .iter()
+            .map(|(code, n)| format!("{n}×{code}"))
+            .collect();
         println!(
-            "    {kind:<44} {n:6}  ({:.2} per pod)",
-            n as f64 / drained as f64
+            "    {kind:<44} {n:6}  ({:.2} per pod; {})",
+            n as f64 / drained as f64,
+            codes.join(", ")
         );
     }
+    // The Events the drain wrote, by what they are about and why.
+    let mut written: BTreeMap<String, usize> = BTreeMap::new();
+    for e in sim.state.store().list(&Gr::new("", "events"), None) {
+        let about = e["involvedObject"]["kind"].as_str().unwrap_or("?");
+        let reason = e["reason"].as_str().unwrap_or("?");
+        *written.entry(format!("{about} {reason}")).or_default() += 1;
+    }
+    let written: Vec<String> = written.iter().map(|(k, n)| format!("{n}× {k}")).collect();
+    println!("  Events written: {}", written.join(", "));
     println!("  CPU time                       {:8.3} s", cpu2 - cpu1);
     println!(
         "  resident memory after          {:8.1} MiB",
@@ -319,6 +342,7 @@ async fn status_writer(sim: &SimCluster, pid: u32, alive: &mut impl FnMut(&str))
         let node = format!("fleet-{i:05}");
         let nd = json!({"apiVersion": "maintd.io/v1alpha1", "kind": "NodeDrain",
             "metadata": {"name": node, "labels": {"maintd.io/node": node}},
+            "spec": {},
             "status": {
                 "nodeName": node, "phase": "Blocked", "stage": "3", "podsTotal": 110,
                 "podsRemaining": 4, "progress": "106/110", "blockersTotal": 1,

@@ -145,6 +145,11 @@ pub struct AgentArgs {
     /// seconds (a budget pacing a drain for a moment is no news).
     #[arg(long, env = "MAINTD_NOTIFY_BLOCKED_AFTER", default_value_t = 60.0)]
     pub notify_blocked_after_seconds: f64,
+    /// An Event on each evicted pod as well, beside the one per owning
+    /// workload and stage (one per pod: a fleet's rollout writes one for
+    /// every pod of the fleet into etcd).
+    #[arg(long, env = "MAINTD_POD_EVENTS")]
+    pub pod_events: bool,
     /// When planned drains may start (window, blocking pods).
     #[command(flatten)]
     pub policy: crate::policy::args::PolicyArgs,
@@ -193,6 +198,8 @@ pub struct Config {
     pub notify_urls: Vec<String>,
     /// How long a pod stays refused before a blocked notification.
     pub notify_blocked_after: Duration,
+    /// An Event on each evicted pod too (`--pod-events`).
+    pub pod_events: bool,
 }
 
 /// Bounds on talking to the API server.
@@ -409,6 +416,7 @@ impl AgentArgs {
         Ok(Config {
             reboot_timeout: Duration::from_secs_f64(self.reboot_timeout_seconds),
             notify_blocked_after: Duration::from_secs_f64(self.notify_blocked_after_seconds),
+            pod_events: self.pod_events,
             notify_urls,
             policy,
             api,
@@ -468,6 +476,7 @@ impl Config {
             policy: crate::policy::Policy::default(),
             notify_urls: Vec::new(),
             notify_blocked_after: Duration::from_secs(60),
+            pod_events: false,
         }
     }
 }

@@ -110,7 +110,7 @@ impl Metrics {
         registry.register(
             // The encoder adds the _total suffix of a counter.
             "maintd_evictions",
-            "Evictions by outcome: evicted; blocked (429, e.g. a PodDisruptionBudget) and error, once per pod and new reason",
+            "Evictions by outcome: evicted; blocked (429, e.g. a PodDisruptionBudget); queued (waiting its turn behind a budget this drain moves pods through); error; once per pod and new reason",
             evictions.clone(),
         );
         let eviction_attempts = Counter::default();
@@ -247,7 +247,7 @@ impl Metrics {
             "The maintd build; always 1",
             build_info,
         );
-        for outcome in ["evicted", "blocked", "error"] {
+        for outcome in ["evicted", "blocked", "queued", "error"] {
             let _ = evictions.get_or_create(&vec![("outcome".into(), outcome.into())]);
         }
         Arc::new(Metrics {
@@ -321,6 +321,7 @@ impl Metrics {
             }
             EventKind::PodEvicted => outcome("evicted"),
             EventKind::PodBlocked => outcome("blocked"),
+            EventKind::PodQueued => outcome("queued"),
             EventKind::RebootConfirmed | EventKind::RebootOverdue => {
                 let o = if ev.event == EventKind::RebootConfirmed {
                     "confirmed"

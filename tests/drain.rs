@@ -210,8 +210,10 @@ async fn a_blocked_eviction_names_its_budget_and_drains_once_a_replacement_is_re
             // The count is the budget's status as last recomputed by the
             // disruption controller, which lags the evictions (2 or 3 here,
             // as on a real cluster); the agent reports the server's words.
+            // Its turn behind the budget its own evictions used (queued),
+            // or refused by the budget (blocked): either names it.
             evs.iter().any(|e| {
-                e.event == EventKind::PodBlocked
+                matches!(e.event, EventKind::PodBlocked | EventKind::PodQueued)
                     && e.message
                         .starts_with("The disruption budget web needs 2 healthy pods and has ")
             })

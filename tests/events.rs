@@ -34,6 +34,7 @@ async fn a_repeated_block_is_one_event_whose_series_counts_every_repeat() {
         node: "node-a".into(),
         progress: progress.clone(),
         series_every: Duration::from_millis(300),
+        pod_events: false,
     };
     recorder.spawn(stop.clone());
     let before = writes_to_events(&sim);
@@ -63,7 +64,7 @@ async fn a_repeated_block_is_one_event_whose_series_counts_every_repeat() {
         e["note"]
             .as_str()
             .unwrap()
-            .contains("disruption budget web")
+            .contains("disruption budget shop/web")
     );
     let writes = writes_to_events(&sim) - before;
     assert!(

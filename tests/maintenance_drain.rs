@@ -198,16 +198,33 @@ async fn cordon_then_drain_then_complete() {
                 .iter()
                 .any(|e| e["regarding"]["kind"] == kind && e["reason"] == reason)
         };
-        let blocked_names_budget = items.iter().any(|e| {
-            e["reason"] == "EvictionBlocked"
-                && e["note"]
-                    .as_str()
-                    .is_some_and(|n| n.contains("disruption budget web"))
+        // The web budget paces the web pods (the drain's own evictions
+        // take what it allows): their turn, not a block, is no Event.
+        let no_block_for_a_turn = !items.iter().any(|e| e["reason"] == "EvictionBlocked");
+        // Each workload whose pods were evicted is told, on itself.
+        let owner_told = items.iter().any(|e| {
+            e["reason"] == "Evicted"
+                && e["regarding"]["kind"] == "ReplicaSet"
+                && e["note"].as_str().is_some_and(|n| {
+                    n.contains("of its pods from node node-a for NodeMaintenance kernel-upgrade")
+                })
         });
+        // A pod of a workload gets no Event of its own; one without an
+        // owner does.
+        let per_pod = |name: &str| {
+            items.iter().any(|e| {
+                e["regarding"]["kind"] == "Pod"
+                    && e["regarding"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with(name))
+            })
+        };
         has("Node", "DrainStarted")
             && has("Node", "Drained")
-            && has("Pod", "Evicted")
-            && blocked_names_budget
+            && owner_told
+            && per_pod("bare")
+            && !per_pod("web-")
+            && no_block_for_a_turn
     })
     .await;
     // The Node's own condition says the same.

@@ -261,17 +261,23 @@ async fn the_node_condition_is_written_on_phase_transitions_only() {
         k_ref.json(&["get", "nodedrain", "node-a"]).await["status"]["phase"] == "Drained"
     })
     .await;
-    // The web pods waited for their budget: said by an EvictionBlocked
-    // Event (a pod that waits without asking says so too).
+    // The web pods waited their turn behind their budget (the drain's
+    // own evictions took what it allows): a turn, not a block, so no
+    // EvictionBlocked Event; the ReplicaSet is told its pods moved.
     let c = &client;
-    eventually("the budget paced the drain", || async move {
+    eventually("the web ReplicaSet is told", || async move {
         Api::<k8s_openapi::api::events::v1::Event>::all(c.clone())
             .list(&Default::default())
             .await
             .unwrap()
             .items
             .iter()
-            .any(|e| e.reason.as_deref() == Some("EvictionBlocked"))
+            .any(|e| {
+                e.reason.as_deref() == Some("Evicted")
+                    && e.regarding.as_ref().is_some_and(|r| {
+                        r.kind.as_deref() == Some("ReplicaSet") && r.name.as_deref() == Some("web")
+                    })
+            })
     })
     .await;
     taint(&client, "node-a", "maintd.io/drain", None).await;

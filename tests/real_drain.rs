@@ -218,13 +218,14 @@ async fn a_taint_drains_a_real_node_in_priority_order_behind_its_budget() {
         (2..=3).contains(&least),
         "the budget broke: {least} Ready at once"
     );
-    // The real disruption controller refused what would break it.
-    let refused = agent
+    // The budget held pods back (the real disruption controller's status
+    // allowed one at a time): they waited their turn, or were refused.
+    let held = agent
         .events()
         .iter()
-        .filter(|e| e.event == EventKind::PodBlocked)
+        .filter(|e| matches!(e.event, EventKind::PodBlocked | EventKind::PodQueued))
         .count();
-    assert!(refused >= 1, "a budget this tight refuses some evictions");
+    assert!(held >= 1, "a budget this tight holds some pods back");
 
     let pods_left: Vec<String> = common::pods_on(&admin, &a)
         .await

@@ -69,7 +69,8 @@ impl Agent {
         // Every call the agent makes is bounded and tells `health`.
         let client = crate::client::guarded(client, config.api.call_timeout, health.clone());
         let guard = watch_guard(&config, &health);
-        let budgets = BudgetWatches::new(client.clone(), guard);
+        let pods = Index::new();
+        let budgets = BudgetWatches::new(client.clone(), guard).with_pods(pods.clone());
         let node = Index::new();
         let requests = EvictionRequests::new(
             client.clone(),
@@ -88,7 +89,7 @@ impl Agent {
         Agent {
             drainer: Drainer {
                 ops,
-                pods: Index::new(),
+                pods,
                 budgets,
                 stash: Some(stash),
                 progress,
@@ -303,6 +304,7 @@ impl Agent {
             node: self.config.node.clone(),
             progress: self.drainer.progress.clone(),
             series_every: crate::report::events::SERIES_WRITE_EVERY,
+            pod_events: self.config.pod_events,
         };
         recorder.spawn(stop.clone());
         let notifier = crate::report::notify::Notifier {

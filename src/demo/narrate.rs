@@ -138,7 +138,7 @@ impl Narrator {
                 }
                 return;
             }
-            EventKind::PodBlocked => {
+            EventKind::PodBlocked | EventKind::PodQueued => {
                 if !self.refusals_said.insert(ev.message.clone()) {
                     return;
                 }

@@ -50,13 +50,46 @@ struct Open {
     tickets: Tickets,
 }
 
-/// How many of a scope's blocked pods a budget's status has let go: per
-/// budget (by uid), the resourceVersion of the status that allowed `k`
-/// disruptions and how many pods it has woken. A status allowing `k` wakes
-/// `k` pods, not every pod waiting on the budget: the others would only be
-/// refused again (twenty pods behind a budget that allows one were nineteen
-/// refused evictions a round).
-type Tickets = Arc<Mutex<BTreeMap<String, (String, i64)>>>;
+/// The disruptions this agent's pods have taken of each budget (by uid)
+/// that the budget's status, as the watch last showed it, does not count
+/// yet: pods about to ask or asking, and pods whose eviction was granted
+/// until a status shows them among its `disruptedPods` (the eviction's own
+/// write of the budget puts them there). A status allowing `k` lets `k`
+/// pods go, less these, not every pod waiting on the budget: the others
+/// would only be refused (twenty pods behind a budget that allows one were
+/// nineteen refused evictions a round), and counting afresh at each new
+/// status let a pod ask for a disruption another had just been granted.
+type Tickets = Arc<Mutex<BTreeMap<String, Ledger>>>;
+
+/// One budget's disruptions taken and not yet counted by its status.
+#[derive(Default)]
+struct Ledger {
+    next: u64,
+    taken: Vec<Taken>,
+    /// The resourceVersion of a status the API server refused an eviction
+    /// under: it allows nothing more, whatever it says.
+    exhausted: Option<String>,
+    /// When this agent last had an eviction under the budget granted.
+    last_granted: Option<tokio::time::Instant>,
+}
+
+struct Taken {
+    id: u64,
+    /// The resourceVersion of the status it was taken under.
+    rv: String,
+    /// The pod that took it (its name is what `disruptedPods` lists).
+    pod: Claimant,
+    /// When its eviction was granted; None while it is to ask or asking.
+    granted: Option<tokio::time::Instant>,
+    /// The pod's resourceVersion once it was seen deleted (the eviction's
+    /// write of the budget came before).
+    deleted_rv: Option<u64>,
+}
+
+/// How long a granted eviction counts against its budget when no status
+/// is seen listing it (a watch that relisted past it): the disruption
+/// controller forgets `disruptedPods` entries after two minutes too.
+const GRANTED_COUNTS_FOR: Duration = Duration::from_secs(120);
 
 #[derive(Default)]
 struct Inner {
@@ -71,6 +104,9 @@ pub struct BudgetWatches {
     client: kube::Client,
     guard: WatchGuard,
     inner: Arc<Mutex<Inner>>,
+    /// The node's pods (by uid), to tell when a pod whose eviction was
+    /// granted has been deleted (see [`take_one`]).
+    pods: Index,
 }
 
 impl BudgetWatches {
@@ -81,7 +117,16 @@ impl BudgetWatches {
             client,
             guard,
             inner: Arc::default(),
+            pods: Index::new(),
         }
+    }
+
+    /// The same watches, told the node's pods (the agent's own view of
+    /// them), so that a granted eviction stops counting against its budget
+    /// once its pod is on its way out and the budget has a newer status.
+    pub fn with_pods(mut self, pods: Index) -> Self {
+        self.pods = pods;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -96,7 +141,7 @@ impl BudgetWatches {
 
     /// Holds a watch of the budgets of `namespace` (only `name` if given)
     /// until the returned hold is dropped; the first holder starts it.
-    pub fn hold(&self, namespace: &str, name: Option<&str>) -> BudgetHold {
+    pub fn hold(&self, namespace: &str, name: Option<&str>, pod: &Claimant) -> BudgetHold {
         let wide = Scope {
             namespace: namespace.to_string(),
             name: None,
@@ -137,6 +182,7 @@ impl BudgetWatches {
             watches: self.clone(),
             scope,
             budget: name.map(str::to_string),
+            pod: pod.clone(),
             seen: Mutex::default(),
         }
     }
@@ -151,7 +197,7 @@ impl BudgetWatches {
         bound: Duration,
         cancel: &CancellationToken,
     ) -> BudgetHold {
-        let hold = self.hold(namespace, None);
+        let hold = self.hold(namespace, None, &Claimant::default());
         let index = hold.index.clone();
         tokio::select! {
             _ = tokio::time::timeout(bound, index.wait_until(Index::synced)) => {}
@@ -181,7 +227,13 @@ impl BudgetWatches {
     /// pod with the words given, so it waits for the budget's next status
     /// instead, holding its watch. Twenty pods behind a blocked budget
     /// were twenty refused evictions before any of them waited.
-    pub fn claim(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Claim {
+    pub fn claim(
+        &self,
+        namespace: &str,
+        pod: &Claimant,
+        labels: &BTreeMap<String, String>,
+    ) -> Claim {
+        let pods = self.pods.clone();
         let mut inner = self.lock();
         let found = inner
             .open
@@ -203,19 +255,21 @@ impl BudgetWatches {
                         return None;
                     }
                     let name = b["metadata"]["name"].as_str().unwrap_or_default();
-                    Some(match take_ticket(b, &mut tickets) {
-                        Ok(taken) => Ok(taken.map(|(budget, rv)| Ticket {
+                    Some(match take_ticket(b, pod, &pods, &mut tickets) {
+                        Ok(taken) => Ok(taken.map(|(budget, id)| Ticket {
                             tickets: open.tickets.clone(),
                             index: open.index.clone(),
                             budget,
-                            rv,
-                            used: false,
+                            id,
+                            settled: false,
                         })),
-                        Err(why) => Err((scope.clone(), name.to_string(), why, seen.clone())),
+                        Err((paced, why)) => {
+                            Err((scope.clone(), name.to_string(), why, paced, seen.clone()))
+                        }
                     })
                 })
             });
-        let (scope, budget, why, seen) = match found {
+        let (scope, budget, why, paced, seen) = match found {
             None => return Claim::Ask(None),
             Some(Ok(ticket)) => return Claim::Ask(ticket),
             Some(Err(wait)) => wait,
@@ -231,9 +285,11 @@ impl BudgetWatches {
                 watches: self.clone(),
                 scope,
                 budget: Some(budget),
+                pod: pod.clone(),
                 seen: Mutex::new(Some(seen)),
             }),
             why,
+            paced,
         )
     }
 
@@ -280,87 +336,180 @@ fn selects(b: &Value, labels: &BTreeMap<String, String>) -> bool {
 /// server's refusal. A status of an older spec says nothing: the pod asks.
 fn take_ticket(
     b: &Value,
-    tickets: &mut BTreeMap<String, (String, i64)>,
-) -> Result<Option<(String, String)>, String> {
+    pod: &Claimant,
+    pods: &Index,
+    tickets: &mut BTreeMap<String, Ledger>,
+) -> Result<Option<(String, u64)>, (bool, String)> {
     let status = &b["status"];
     let observed = status["observedGeneration"].as_i64();
     if observed.is_none() || observed != b["metadata"]["generation"].as_i64() {
         return Ok(None);
     }
-    if let Some(taken) = take_one(b, tickets) {
+    if let Some(taken) = take_one(b, pod, pods, tickets) {
         return Ok(Some(taken));
     }
-    Err(format!(
-        "The disruption budget {} needs {} healthy pods and has {} currently",
-        b["metadata"]["name"].as_str().unwrap_or_default(),
-        status["desiredHealthy"].as_i64().unwrap_or_default(),
-        status["currentHealthy"].as_i64().unwrap_or_default(),
+    // This agent's own pods took what it allows (asking now, or granted
+    // a moment ago): the pod waits its turn.
+    let paced = tickets
+        .get(b["metadata"]["uid"].as_str().unwrap_or_default())
+        .is_some_and(|l| {
+            !l.taken.is_empty()
+                || l.last_granted
+                    .is_some_and(|at| at.elapsed() < GRANTED_COUNTS_FOR)
+        });
+    Err((
+        paced,
+        format!(
+            "The disruption budget {} needs {} healthy pods and has {} currently",
+            b["metadata"]["name"].as_str().unwrap_or_default(),
+            status["desiredHealthy"].as_i64().unwrap_or_default(),
+            status["currentHealthy"].as_i64().unwrap_or_default(),
+        ),
     ))
 }
 
 /// One of a budget's disruptions, taken by a pod about to ask: given back
-/// when dropped unless [`Ticket::used`] says the API server counted it.
-/// A pod that never asked (its stage cancelled or re-planned), or whose
-/// eviction failed for any reason but the budget (a 503, a timeout), would
-/// otherwise leave the disruption taken until the budget's next status,
-/// which no eviction is coming to cause: the pods waiting on it would sit
-/// until their backstop. Giving it back wakes them.
+/// when dropped unless the API server's answer settled it
+/// ([`Ticket::granted`], [`Ticket::refused`]). A pod that never asked (its
+/// stage cancelled or re-planned), or whose eviction failed for any reason
+/// but the budget (a 503, a timeout), would otherwise leave the
+/// disruption taken until a status counted it, which no eviction is coming
+/// to write: the pods waiting on it would sit until their backstop.
+/// Giving it back wakes them.
 pub struct Ticket {
     tickets: Tickets,
     /// The watch whose waiters a disruption given back wakes.
     index: Index,
     budget: String,
-    rv: String,
-    used: bool,
+    id: u64,
+    settled: bool,
 }
 
 impl Ticket {
-    /// The API server granted the eviction, or refused it by the budget
-    /// (the status it was counted under is behind; the next one counts
-    /// afresh): the disruption stays taken.
-    pub fn used(mut self) {
-        self.used = true;
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        if self.used {
-            return;
-        }
+    /// The API server granted the eviction: the disruption stays taken
+    /// until a status of the budget lists the pod among its
+    /// `disruptedPods` (or a while has passed).
+    pub fn granted(mut self) {
+        self.settled = true;
         let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((rv, taken)) = tickets.get_mut(&self.budget)
-            && *rv == self.rv
-            && *taken > 0
-        {
-            *taken -= 1;
-            drop(tickets);
+        if let Some(l) = tickets.get_mut(&self.budget) {
+            let now = tokio::time::Instant::now();
+            l.last_granted = Some(now);
+            if let Some(t) = l.taken.iter_mut().find(|t| t.id == self.id) {
+                t.granted = Some(now);
+            }
+        }
+    }
+
+    /// The budget refused the eviction: the status it was counted under
+    /// was behind the API server's; the disruption is not taken, and the
+    /// pod waits for the next status like any other.
+    pub fn refused(mut self) {
+        self.settled = true;
+        let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(l) = tickets.get_mut(&self.budget) {
+            if let Some(t) = l.taken.iter().find(|t| t.id == self.id) {
+                l.exhausted = Some(t.rv.clone());
+            }
+            l.taken.retain(|t| t.id != self.id);
+        }
+    }
+
+    fn give_back(&self, wake: bool) {
+        let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(l) = tickets.get_mut(&self.budget) {
+            l.taken.retain(|t| t.id != self.id);
+        }
+        drop(tickets);
+        if wake {
             self.index.touch();
         }
     }
 }
 
-/// Takes one of the disruptions budget `b`'s status allows, if one is
-/// left: `tickets` count, per budget, how many were taken under its status
-/// of that resourceVersion (a new status starts again from none). Returns
-/// the budget's uid and the resourceVersion it was counted under.
-fn take_one(b: &Value, tickets: &mut BTreeMap<String, (String, i64)>) -> Option<(String, String)> {
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.give_back(true);
+        }
+    }
+}
+
+/// Takes one of the disruptions budget `b`'s status allows for `pod`, if
+/// one is left once the disruptions its status does not count yet are
+/// taken off (see [`Tickets`]). Returns the budget's uid and the ticket's
+/// id in its ledger.
+///
+/// A granted eviction is counted by the status once it lists the pod among
+/// its `disruptedPods` (the eviction's own write of the budget does), or
+/// once the pod is on its way out (deleted, or gone) and the status is not
+/// the one the disruption was taken under: a watch shows the newest status
+/// only, and the disruption controller drops a pod from `disruptedPods`
+/// as soon as it sees it deleted, counting it out of the healthy pods
+/// instead.
+fn take_one(
+    b: &Value,
+    pod: &Claimant,
+    pods: &Index,
+    tickets: &mut BTreeMap<String, Ledger>,
+) -> Option<(String, u64)> {
     let allowed = b["status"]["disruptionsAllowed"].as_i64().unwrap_or(0);
     let uid = b["metadata"]["uid"].as_str().unwrap_or_default();
     let rv = b["metadata"]["resourceVersion"]
         .as_str()
         .unwrap_or_default();
-    let entry = tickets
-        .entry(uid.to_string())
-        .or_insert_with(|| (rv.to_string(), 0));
-    if entry.0 != rv {
-        *entry = (rv.to_string(), 0);
-    }
-    if entry.1 >= allowed {
+    let counted = &b["status"]["disruptedPods"];
+    let ledger = tickets.entry(uid.to_string()).or_default();
+    if ledger.exhausted.as_deref() == Some(rv) {
         return None;
     }
-    entry.1 += 1;
-    Some((uid.to_string(), rv.to_string()))
+    let seen_rv = rv.parse::<u64>().ok();
+    ledger.taken.retain_mut(|t| {
+        let Some(at) = t.granted else {
+            return true;
+        };
+        let pod = pods.get(&t.pod.uid);
+        if let Some(p) = &pod
+            && !p["metadata"]["deletionTimestamp"].is_null()
+            && t.deleted_rv.is_none()
+        {
+            t.deleted_rv = p["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse().ok());
+        }
+        let listed = counted.get(&t.pod.name).is_some();
+        // Written after the pod was seen deleted, so after the eviction's
+        // own write: it counts the eviction. Where versions do not compare
+        // (the pod gone before it was seen deleted), a status other than
+        // the one the disruption was taken under.
+        let after = match (t.deleted_rv, seen_rv) {
+            (Some(deleted), Some(seen)) => seen > deleted,
+            _ => pod.is_none() && t.rv != rv,
+        };
+        !listed && !after && at.elapsed() < GRANTED_COUNTS_FOR
+    });
+    let uncounted = i64::try_from(ledger.taken.len()).unwrap_or(i64::MAX);
+    if allowed.saturating_sub(uncounted) <= 0 {
+        return None;
+    }
+    ledger.next += 1;
+    let id = ledger.next;
+    ledger.taken.push(Taken {
+        id,
+        rv: rv.to_string(),
+        pod: pod.clone(),
+        granted: None,
+        deleted_rv: None,
+    });
+    Some((uid.to_string(), id))
+}
+
+/// The pod a claim or a hold is for: its name (what a budget's
+/// `disruptedPods` lists) and uid (what the agent's pod view is keyed by).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Claimant {
+    pub name: String,
+    pub uid: String,
 }
 
 /// What a pod may do before it asks to be evicted (see
@@ -369,8 +518,10 @@ pub enum Claim {
     /// Ask the Eviction API, with the budget's disruption taken if one
     /// was.
     Ask(Option<Ticket>),
-    /// Wait for the budget held, which would refuse with these words.
-    Wait(Box<BudgetHold>, String),
+    /// Wait for the budget held, which would refuse with these words;
+    /// whether this drain's own evictions took what it allows (the pod
+    /// waits its turn, rather than being blocked).
+    Wait(Box<BudgetHold>, String, bool),
 }
 
 /// A blocked pod's claim on a budget watch; dropping it lets the watch go.
@@ -381,6 +532,8 @@ pub struct BudgetHold {
     scope: Scope,
     /// The budget the pod waits on, if known; else any of the scope's.
     budget: Option<String>,
+    /// The pod that waits (none for a stage's hold).
+    pod: Claimant,
     /// The view's changes as of the status the hold was decided on, for
     /// its first wait (else as of the wait's start).
     seen: Mutex<Option<watch::Receiver<u64>>>,
@@ -418,6 +571,8 @@ impl BudgetHold {
         let mut changes = seen.unwrap_or_else(|| budgets.changes());
         let ns = self.scope.namespace.clone();
         let name = self.budget.clone();
+        let pod = self.pod.clone();
+        let pods = self.watches.pods.clone();
         async move {
             loop {
                 if changes.changed().await.is_err() {
@@ -436,15 +591,17 @@ impl BudgetHold {
                 }
                 let taken = {
                     let mut taken = tickets.lock().unwrap_or_else(|e| e.into_inner());
-                    watched.into_iter().find_map(|b| take_one(b, &mut taken))
+                    watched
+                        .into_iter()
+                        .find_map(|b| take_one(b, &pod, &pods, &mut taken))
                 };
-                if let Some((budget, rv)) = taken {
+                if let Some((budget, id)) = taken {
                     return Some(Ticket {
                         tickets,
                         index: budgets,
                         budget,
-                        rv,
-                        used: false,
+                        id,
+                        settled: false,
                     });
                 }
             }
@@ -462,6 +619,13 @@ impl Drop for BudgetHold {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn who(name: &str) -> Claimant {
+        Claimant {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+        }
+    }
 
     /// Watches whose client reaches no API server: their views are fed by
     /// the test.
@@ -485,13 +649,13 @@ mod tests {
     #[tokio::test]
     async fn blocked_pods_share_a_watch_per_scope_until_the_last_lets_go() {
         let w = watches();
-        let web = w.hold("shop", Some("web"));
+        let web = w.hold("shop", Some("web"), &who("p"));
         assert!(web.covers("shop", Some("web")));
         assert!(!web.covers("shop", None));
         assert!(!web.covers("shop", Some("db")));
         assert!(!web.covers("other", Some("web")));
-        let again = w.hold("shop", Some("web"));
-        let all = w.hold("shop", None);
+        let again = w.hold("shop", Some("web"), &who("p"));
+        let all = w.hold("shop", None, &who("p"));
         assert!(all.covers("shop", None));
         let scopes =
             |w: &BudgetWatches| -> Vec<String> { w.views().into_iter().map(|(s, _)| s).collect() };
@@ -519,7 +683,7 @@ mod tests {
     #[tokio::test]
     async fn a_hold_wakes_only_when_its_own_budget_allows_a_disruption() {
         let w = watches();
-        let web = w.hold("shop", Some("web"));
+        let web = w.hold("shop", Some("web"), &who("p"));
         web.index.upsert(budget("shop", "web", 1));
         let mut allows = Box::pin(web.allows());
         assert!(
@@ -543,7 +707,7 @@ mod tests {
         assert!(futures::poll!(&mut allows).is_ready());
 
         // A namespace-wide hold wakes for any budget of its namespace.
-        let all = w.hold("shop", None);
+        let all = w.hold("shop", None, &who("p"));
         let mut allows = Box::pin(all.allows());
         all.index.upsert(budget("other", "db", 2));
         assert!(futures::poll!(&mut allows).is_pending());
@@ -556,7 +720,9 @@ mod tests {
     #[tokio::test]
     async fn a_status_allowing_k_disruptions_wakes_k_pods() {
         let w = watches();
-        let holds: Vec<BudgetHold> = (0..3).map(|_| w.hold("shop", Some("web"))).collect();
+        let holds: Vec<BudgetHold> = (0..3)
+            .map(|i| w.hold("shop", Some("web"), &who(&format!("web-{i}"))))
+            .collect();
         let index = holds[0].index.clone();
         let mut waiting: Vec<_> = holds.iter().map(|h| Some(Box::pin(h.allows()))).collect();
         let with_rv = |allowed: i64, rv: &str| {
@@ -573,7 +739,7 @@ mod tests {
                 if let Some(w) = slot
                     && let std::task::Poll::Ready(ticket) = futures::poll!(w)
                 {
-                    ticket.expect("the budget is there").used();
+                    ticket.expect("the budget is there").granted();
                     *slot = None;
                     woken += 1;
                 }
@@ -583,8 +749,11 @@ mod tests {
         index.upsert(with_rv(1, "2"));
         let woken = wake(&mut waiting).await;
         assert_eq!(woken, 1, "one disruption allowed: one pod goes");
-        // The eviction it allowed, then the controller's next status.
-        index.upsert(with_rv(0, "3"));
+        // The eviction it allowed (its write lists the pod it let go),
+        // then the controller's next status.
+        let mut evicted = with_rv(0, "3");
+        evicted["status"]["disruptedPods"] = json!({"web-0": "2026-11-27T10:00:00Z"});
+        index.upsert(evicted);
         index.upsert(with_rv(2, "4"));
         let woken_now = wake(&mut waiting).await;
         assert_eq!(woken_now, 2, "two allowed: the two others go");
@@ -597,17 +766,17 @@ mod tests {
     async fn a_disruption_given_back_wakes_a_waiting_pod() {
         let w = watches();
         let labels = BTreeMap::from([("app".to_string(), "web".to_string())]);
-        let stage = w.hold("shop", None);
+        let stage = w.hold("shop", None, &who("p"));
         stage.index.upsert(json!({
             "metadata": {"uid": "u-web", "namespace": "shop", "name": "web",
                          "generation": 1, "resourceVersion": "5"},
             "spec": {"selector": {"matchLabels": {"app": "web"}}},
             "status": {"disruptionsAllowed": 1, "observedGeneration": 1},
         }));
-        let Claim::Ask(Some(first)) = w.claim("shop", &labels) else {
+        let Claim::Ask(Some(first)) = w.claim("shop", &who("p"), &labels) else {
             panic!("one disruption: the first pod takes it");
         };
-        let Claim::Wait(second, _) = w.claim("shop", &labels) else {
+        let Claim::Wait(second, _, _) = w.claim("shop", &who("p"), &labels) else {
             panic!("none left: the second pod waits");
         };
         let mut wakes = Box::pin(second.allows());
@@ -617,11 +786,14 @@ mod tests {
             panic!("given back: the waiting pod wakes with it");
         };
         assert!(
-            matches!(w.claim("shop", &labels), Claim::Wait(..)),
+            matches!(w.claim("shop", &who("p"), &labels), Claim::Wait(..)),
             "the woken pod holds it"
         );
         drop(taken);
-        assert!(matches!(w.claim("shop", &labels), Claim::Ask(Some(_))));
+        assert!(matches!(
+            w.claim("shop", &who("p"), &labels),
+            Claim::Ask(Some(_))
+        ));
     }
 
     /// The budget that refused is deleted: nothing holds the pod any more,
@@ -629,7 +801,7 @@ mod tests {
     #[tokio::test]
     async fn a_hold_wakes_when_its_budget_is_deleted() {
         let w = watches();
-        let web = w.hold("shop", Some("web"));
+        let web = w.hold("shop", Some("web"), &who("p"));
         web.index.upsert(budget("shop", "web", 0));
         let mut allows = Box::pin(web.allows());
         web.index.upsert(budget("shop", "db", 0));
@@ -674,37 +846,50 @@ mod tests {
             })
         };
         let asks = |c: Claim| matches!(c, Claim::Ask(_));
-        assert!(asks(w.claim("shop", &labels("web"))), "nothing watched");
-        let stage = w.hold("shop", None);
+        assert!(
+            asks(w.claim("shop", &who("p"), &labels("web"))),
+            "nothing watched"
+        );
+        let stage = w.hold("shop", None, &who("p"));
         stage.index.upsert(web(0, 1, "7"));
         assert!(
-            asks(w.claim("shop", &labels("web"))),
+            asks(w.claim("shop", &who("p"), &labels("web"))),
             "a status of an older spec"
         );
         stage.index.upsert(web(1, 2, "8"));
-        let Claim::Ask(Some(taken)) = w.claim("shop", &labels("web")) else {
+        let Claim::Ask(Some(taken)) = w.claim("shop", &who("p"), &labels("web")) else {
             panic!("one disruption: the first pod takes it");
         };
-        assert!(matches!(w.claim("shop", &labels("web")), Claim::Wait(..)));
+        assert!(matches!(
+            w.claim("shop", &who("p"), &labels("web")),
+            Claim::Wait(..)
+        ));
         // A pod that took it but never asked (its stage ended) gives it back.
         drop(taken);
-        let Claim::Ask(Some(taken)) = w.claim("shop", &labels("web")) else {
+        let Claim::Ask(Some(taken)) = w.claim("shop", &who("p"), &labels("web")) else {
             panic!("given back: the next pod takes it");
         };
-        taken.used();
-        let Claim::Wait(second, why) = w.claim("shop", &labels("web")) else {
+        taken.granted();
+        let Claim::Wait(second, why, paced) = w.claim("shop", &who("p"), &labels("web")) else {
             panic!("the one disruption is taken: the next pod waits");
         };
+        assert!(paced, "its own eviction took it: the pod waits its turn");
         assert_eq!(
             why,
             "The disruption budget web needs 3 healthy pods and has 4 currently"
         );
         assert!(second.covers("shop", Some("web")));
-        assert!(asks(w.claim("shop", &labels("db"))), "no budget selects it");
-        assert!(asks(w.claim("other", &labels("web"))), "another namespace");
+        assert!(
+            asks(w.claim("shop", &who("p"), &labels("db"))),
+            "no budget selects it"
+        );
+        assert!(
+            asks(w.claim("other", &who("p"), &labels("web"))),
+            "another namespace"
+        );
 
         // A refusal naming the budget joins the namespace's watch.
-        let refused = w.hold("shop", Some("web"));
+        let refused = w.hold("shop", Some("web"), &who("p"));
         assert_eq!(w.views().len(), 1, "one watch: {:?}", w.views().len());
         assert!(refused.covers("shop", Some("web")));
 
@@ -712,13 +897,17 @@ mod tests {
         // it, and a new pod waits again.
         let mut wakes = Box::pin(second.allows());
         stage.index.upsert(web(1, 2, "9"));
-        let std::task::Poll::Ready(Some(_woken)) = futures::poll!(&mut wakes) else {
+        let std::task::Poll::Ready(Some(woken)) = futures::poll!(&mut wakes) else {
             panic!("the next status wakes the waiting pod");
         };
-        assert!(matches!(w.claim("shop", &labels("web")), Claim::Wait(..)));
+        woken.granted();
+        assert!(
+            matches!(w.claim("shop", &who("p"), &labels("web")), Claim::Wait(..)),
+            "the status that allowed it does not count it yet"
+        );
         // A status that comes between the decision to wait and the wait
         // itself still wakes the pod.
-        let Claim::Wait(third, _) = w.claim("shop", &labels("web")) else {
+        let Claim::Wait(third, _, _) = w.claim("shop", &who("p"), &labels("web")) else {
             panic!("nothing left: the next pod waits");
         };
         stage.index.upsert(web(1, 2, "10"));
@@ -729,7 +918,70 @@ mod tests {
         );
         drop(third);
         drop((stage, second, refused));
+        // A budget this agent has had nothing from blocks: not its turn
+        // that is awaited.
+        let w = watches();
+        let stage = w.hold("shop", None, &who("p"));
+        stage.index.upsert(web(0, 2, "30"));
+        let Claim::Wait(_, _, paced) = w.claim("shop", &who("x"), &labels("web")) else {
+            panic!("nothing allowed");
+        };
+        assert!(!paced);
+        drop(stage);
+        // What a granted eviction leaves counted, by what a status shows.
+        let w = watches();
+        let stage = w.hold("shop", None, &who("p"));
+        let pods = w.pods.clone();
+        pods.upsert(json!({"metadata": {"uid": "uid-a", "name": "a", "namespace": "shop"}}));
+        stage.index.upsert(web(2, 2, "20"));
+        let Claim::Ask(Some(a)) = w.claim("shop", &who("a"), &labels("web")) else {
+            panic!("two allowed");
+        };
+        a.granted();
+        // A newer status that does not list it, its pod not yet deleted:
+        // written before the eviction landed; it still counts.
+        stage.index.upsert(web(2, 2, "21"));
+        let Claim::Ask(Some(b)) = w.claim("shop", &who("b"), &labels("web")) else {
+            panic!("one left of two");
+        };
+        assert!(matches!(
+            w.claim("shop", &who("c"), &labels("web")),
+            Claim::Wait(..)
+        ));
+        drop(b);
+        // The eviction's own write lists it: counted by the status now.
+        let mut listed = web(1, 2, "22");
+        listed["status"]["disruptedPods"] = json!({"a": "2026-11-27T10:00:00Z"});
+        stage.index.upsert(listed);
+        let Claim::Ask(Some(_c)) = w.claim("shop", &who("c"), &labels("web")) else {
+            panic!("listed: the one it allows is free");
+        };
+        drop(_c);
+        // Another granted eviction whose own write of the budget this
+        // watch never showed (a newest status only): its pod seen deleted
+        // at version 25, a status of version 24 does not count it; one of
+        // version 26 does (the controller counts the deleted pod out of
+        // the healthy ones).
+        let Claim::Ask(Some(d)) = w.claim("shop", &who("d"), &labels("web")) else {
+            panic!("one allowed");
+        };
+        d.granted();
+        pods.upsert(
+            json!({"metadata": {"uid": "uid-d", "name": "d", "namespace": "shop",
+            "resourceVersion": "25", "deletionTimestamp": "2026-11-27T10:00:01Z"}}),
+        );
+        stage.index.upsert(web(1, 2, "24"));
+        assert!(matches!(
+            w.claim("shop", &who("e"), &labels("web")),
+            Claim::Wait(..)
+        ));
+        stage.index.upsert(web(1, 2, "26"));
+        assert!(matches!(
+            w.claim("shop", &who("e"), &labels("web")),
+            Claim::Ask(Some(_))
+        ));
+        drop(stage);
         assert!(w.views().is_empty(), "the watch ends with its last holder");
-        assert!(asks(w.claim("shop", &labels("web"))));
+        assert!(asks(w.claim("shop", &who("p"), &labels("web"))));
     }
 }

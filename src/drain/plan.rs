@@ -181,6 +181,10 @@ pub struct PlannedPod {
     pub notes: Vec<PodNote>,
     /// Its terminationGracePeriodSeconds: how long it may take to stop.
     pub grace_seconds: i64,
+    /// The workload it belongs to (its controller, else its first owner),
+    /// which the drain's Events for application owners are about.
+    #[serde(skip)]
+    pub owner: Option<OwnerRef>,
 }
 
 /// A pod the plan leaves alone.

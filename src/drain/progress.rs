@@ -25,6 +25,9 @@ pub struct DrainEvent {
     pub stage: Option<usize>,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// The workload the pod belongs to, for events about one pod.
+    #[serde(skip)]
+    pub owner: Option<super::plan::OwnerRef>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -39,6 +42,11 @@ pub enum EventKind {
     PodEvicting,
     PodEvicted,
     PodBlocked,
+    /// A pod waits its turn behind a budget this drain is moving pods
+    /// through: its own evictions took what the budget allows, and the
+    /// next pod goes when their replacements are up. Not a block: the
+    /// status and the timeline show it, no Event or notification says it.
+    PodQueued,
     PodError,
     PodGone,
     PodDeleted,
@@ -229,6 +237,7 @@ impl Progress {
             priority: None,
             stage: None,
             message: String::new(),
+            owner: None,
         }
     }
 

@@ -14,7 +14,11 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
+use crate::drain::plan::PodType;
 use crate::drain::progress::{DrainEvent, EventKind, Progress};
+
+mod owners;
+use owners::{Record, Tally, Target};
 
 const SERIES_WINDOW: Duration = Duration::from_secs(600);
 /// A series' count is written at most this often: a pod blocked for an
@@ -29,10 +33,24 @@ pub struct EventRecorder {
     pub progress: Progress,
     /// How often a series' count is written ([`SERIES_WRITE_EVERY`]).
     pub series_every: Duration,
+    /// An Event on each evicted pod too (`--pod-events`), beside the one
+    /// per owning workload.
+    pub pod_events: bool,
 }
 
 /// (namespace, regarding kind, regarding name, reason, note) of an Event.
 type Key = (String, String, String, String, String);
+
+/// Why the drain ran, as the owners' Events say it: " for NodeMaintenance
+/// rack-7 (stage Drain)".
+fn why(progress: &Progress) -> String {
+    let triggers = progress.status().triggers;
+    if triggers.is_empty() {
+        String::new()
+    } else {
+        format!(" for {}", triggers.join(", "))
+    }
+}
 
 struct Recorded {
     name: String,
@@ -47,76 +65,97 @@ struct Recorded {
 /// as the kubelet names it in its own Events: `kubectl describe node`
 /// finds a Node's Events by the node's uid or by its name there, and by
 /// neither without it.
-fn regarding(kind: &str, name: &str, ns: &str) -> Value {
-    if kind == "Node" {
-        json!({"apiVersion": "v1", "kind": kind, "name": name, "namespace": "", "uid": name})
+fn regarding(t: &Target) -> Value {
+    let mut r = json!({"apiVersion": t.api_version, "kind": t.kind, "name": t.name});
+    if t.kind == "Node" {
+        r["namespace"] = json!("");
+        r["uid"] = json!(t.name);
     } else {
-        json!({"apiVersion": "v1", "kind": kind, "name": name, "namespace": ns})
+        r["namespace"] = json!(t.namespace);
+        if !t.uid.is_empty() {
+            r["uid"] = json!(t.uid);
+        }
     }
+    r
 }
 
-/// What an agent event becomes: (regarding kind, namespace, name, reason,
-/// type, note), or None for events not worth an Event.
+/// What an agent event becomes on its own, if anything: an Event on the
+/// Node, or (with `pod_events`) on the pod evicted. The Events for the
+/// workloads whose pods were evicted come from [`owners::Tally`].
+/// `stage_label` is the label of the event's stage, as its start said it.
 fn translate(
     node: &str,
     ev: &DrainEvent,
-) -> Option<(
-    &'static str,
-    String,
-    String,
-    &'static str,
-    &'static str,
-    String,
-)> {
-    let on_node = |reason: &'static str, kind: &'static str, note: String| {
-        Some((
-            "Node",
-            "default".to_string(),
-            node.to_string(),
+    pod_events: bool,
+    stage_label: Option<&str>,
+) -> Option<Record> {
+    let on_node = |reason: &'static str, type_: &'static str, note: String| {
+        Some(Record {
+            target: Target {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                namespace: "default".into(),
+                name: node.to_string(),
+                uid: node.to_string(),
+            },
             reason,
-            kind,
+            type_,
             note,
-        ))
+        })
     };
-    let pod = || {
-        (
-            ev.namespace.clone().unwrap_or_default(),
-            ev.pod.clone().unwrap_or_default(),
-        )
-    };
+    let (ns, name) = (
+        ev.namespace.clone().unwrap_or_default(),
+        ev.pod.clone().unwrap_or_default(),
+    );
     match ev.event {
         EventKind::DrainStarted => on_node(
             "DrainStarted",
             "Normal",
             format!("maintd started draining the node: {}", ev.message),
         ),
+        // A stage of static pods is said by its StaticPodsStashed, which
+        // names it.
+        EventKind::StageStarted if ev.pod_type == Some(PodType::Static) => None,
         EventKind::StageStarted => on_node(
             "DrainStageStarted",
             "Normal",
             format!("stage {}: {}", ev.stage.unwrap_or(0), ev.message),
         ),
-        EventKind::PodBlocked => {
-            let (ns, name) = pod();
-            on_node(
+        // A budget holding pods back is one story, however many pods it
+        // holds: one Event per budget, its series counting each pod held
+        // (the NodeDrain, the status and the timeline name each pod).
+        EventKind::PodBlocked => match crate::drain::executor::blocking_budget(&ev.message) {
+            Some(budget) => on_node(
+                "EvictionBlocked",
+                "Warning",
+                format!(
+                    "evictions wait for the disruption budget {ns}/{budget}: its pods leave only as it allows ({})",
+                    ev.message.split_once(" needs ").map_or(
+                        "it allows none now".to_string(),
+                        |(_, rest)| format!(
+                            "it needs {}",
+                            rest.split(" and has ").next().unwrap_or(rest)
+                        )
+                    )
+                ),
+            ),
+            None => on_node(
                 "EvictionBlocked",
                 "Warning",
                 format!("eviction of {ns}/{name} refused: {}", ev.message),
-            )
-        }
+            ),
+        },
         EventKind::DrainCompleted => on_node(
             "Drained",
             "Normal",
             format!("maintd drained the node: {}", ev.message),
         ),
         EventKind::DrainFailed => on_node("DrainFailed", "Warning", ev.message.clone()),
-        EventKind::PodError => {
-            let (ns, name) = pod();
-            on_node(
-                "EvictionFailed",
-                "Warning",
-                format!("evicting {ns}/{name} failed: {}", ev.message),
-            )
-        }
+        EventKind::PodError => on_node(
+            "EvictionFailed",
+            "Warning",
+            format!("evicting {ns}/{name} failed: {}", ev.message),
+        ),
         EventKind::Warning => on_node("DrainWarning", "Warning", ev.message.clone()),
         EventKind::NodeRecordoned => on_node("Recordoned", "Warning", ev.message.clone()),
         EventKind::DrainWaiting if !ev.message.is_empty() => {
@@ -127,7 +166,14 @@ fn translate(
             "Normal",
             format!("maintenance over: {}", ev.message),
         ),
-        EventKind::StaticPodsStashed => on_node("StaticPodsStashed", "Normal", ev.message.clone()),
+        EventKind::StaticPodsStashed => on_node(
+            "StaticPodsStashed",
+            "Normal",
+            match (ev.stage, stage_label) {
+                (Some(n), Some(label)) => format!("stage {n}: {label}: {}", ev.message),
+                _ => ev.message.clone(),
+            },
+        ),
         EventKind::StaticPodsRestored => {
             on_node("StaticPodsRestored", "Normal", ev.message.clone())
         }
@@ -138,17 +184,18 @@ fn translate(
         EventKind::RebootConfirmed => on_node("RebootConfirmed", "Normal", ev.message.clone()),
         EventKind::RebootOverdue => on_node("RebootOverdue", "Warning", ev.message.clone()),
         EventKind::StageTimedOut => on_node("DrainStageTimedOut", "Warning", ev.message.clone()),
-        EventKind::PodEvicted => {
-            let (ns, name) = pod();
-            Some((
-                "Pod",
-                ns,
+        EventKind::PodEvicted if pod_events => Some(Record {
+            target: Target {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                namespace: ns,
                 name,
-                "Evicted",
-                "Normal",
-                format!("evicted by maintd draining node {node}"),
-            ))
-        }
+                uid: String::new(),
+            },
+            reason: "Evicted",
+            type_: "Normal",
+            note: format!("evicted by maintd draining node {node}"),
+        }),
         _ => None,
     }
 }
@@ -167,6 +214,9 @@ impl EventRecorder {
         stop: CancellationToken,
     ) {
         let mut seen: HashMap<Key, Recorded> = HashMap::new();
+        let mut tally = Tally::default();
+        // Each stage's label, as its start said it.
+        let mut labels: HashMap<usize, String> = HashMap::new();
         let mut flush = tokio::time::interval(self.series_every);
         flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -196,60 +246,82 @@ impl EventRecorder {
                 }
                 Err(RecvError::Closed) => return,
             };
-            let Some((kind, ns, name, reason, type_, note)) = translate(&self.node, &ev) else {
-                continue;
-            };
-            if ns.is_empty() || name.is_empty() {
-                continue;
+            tally.note(&ev);
+            if ev.event == EventKind::StageStarted
+                && let Some(n) = ev.stage
+            {
+                labels.insert(n, ev.message.clone());
             }
-            let key: Key = (
-                ns.clone(),
-                kind.to_string(),
-                name.clone(),
-                reason.to_string(),
-                note.clone(),
+            if ev.event == EventKind::DrainStarted {
+                labels.clear();
+            }
+            let label = ev.stage.and_then(|n| labels.get(&n)).map(String::as_str);
+            let mut records: Vec<Record> = translate(&self.node, &ev, self.pod_events, label)
+                .into_iter()
+                .collect();
+            if let Some(stage) = owners::due(&ev) {
+                records.extend(tally.finish(stage, &self.node, &why(&self.progress)));
+            }
+            for r in records {
+                self.record(r, &mut seen).await;
+            }
+        }
+    }
+
+    /// Writes `r` as an Event, or counts it in the series of the same Event
+    /// written within the window.
+    async fn record(&self, r: Record, seen: &mut HashMap<Key, Recorded>) {
+        let ns = r.target.namespace.clone();
+        if ns.is_empty() || r.target.name.is_empty() {
+            return;
+        }
+        let key: Key = (
+            ns.clone(),
+            r.target.kind.clone(),
+            r.target.name.clone(),
+            r.reason.to_string(),
+            r.note.clone(),
+        );
+        if let Some(rec) = seen.get_mut(&key)
+            && rec.first.elapsed() < SERIES_WINDOW
+        {
+            rec.count += 1;
+            if rec.written.elapsed() >= self.series_every {
+                self.write_series(&ns, rec).await;
+            }
+            return;
+        }
+        let event_name = format!("{}.{:016x}", r.target.name, rand::random::<u64>());
+        let body = json!({
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": event_name, "namespace": ns},
+            "eventTime": micro_now(),
+            "reportingController": "maintd.io/agent",
+            "reportingInstance": format!("maintd-{}", self.node),
+            "action": "Drain",
+            "reason": r.reason,
+            "type": r.type_,
+            "note": r.note.chars().take(1024).collect::<String>(),
+            "regarding": regarding(&r.target),
+        });
+        if self
+            .call(
+                Request::post(format!("/apis/events.k8s.io/v1/namespaces/{ns}/events")),
+                "application/json",
+                &body,
+            )
+            .await
+        {
+            seen.insert(
+                key,
+                Recorded {
+                    name: event_name,
+                    count: 1,
+                    written_count: 1,
+                    first: Instant::now(),
+                    written: Instant::now(),
+                },
             );
-            if let Some(r) = seen.get_mut(&key)
-                && r.first.elapsed() < SERIES_WINDOW
-            {
-                r.count += 1;
-                if r.written.elapsed() >= self.series_every {
-                    self.write_series(&ns, r).await;
-                }
-                continue;
-            }
-            let event_name = format!("{name}.{:016x}", rand::random::<u64>());
-            let body = json!({
-                "apiVersion": "events.k8s.io/v1", "kind": "Event",
-                "metadata": {"name": event_name, "namespace": ns},
-                "eventTime": micro_now(),
-                "reportingController": "maintd.io/agent",
-                "reportingInstance": format!("maintd-{}", self.node),
-                "action": "Drain",
-                "reason": reason,
-                "type": type_,
-                "note": note.chars().take(1024).collect::<String>(),
-                "regarding": regarding(kind, &name, &ns),
-            });
-            if self
-                .call(
-                    Request::post(format!("/apis/events.k8s.io/v1/namespaces/{ns}/events")),
-                    "application/json",
-                    &body,
-                )
-                .await
-            {
-                seen.insert(
-                    key,
-                    Recorded {
-                        name: event_name,
-                        count: 1,
-                        written_count: 1,
-                        first: Instant::now(),
-                        written: Instant::now(),
-                    },
-                );
-            }
         }
     }
 
@@ -310,7 +382,7 @@ mod tests {
     }
 
     #[test]
-    fn what_the_drain_does_becomes_events_on_the_node_and_the_evicted_pod() {
+    fn what_the_drain_does_becomes_events_on_the_node() {
         // (event, pod, message) → (regarding kind, reason, type, note contains)
         let cases = [
             (
@@ -330,15 +402,27 @@ mod tests {
                     "stage 2: DaemonSet pods",
                 )),
             ),
+            // A budget holds pods back: one story per budget, whichever pod.
             (
                 EventKind::PodBlocked,
                 Some("web-1"),
-                "The disruption budget web needs 2",
+                "The disruption budget web needs 2 healthy pods and has 2 currently",
                 Some((
                     "Node",
                     "EvictionBlocked",
                     "Warning",
-                    "shop/web-1 refused: The disruption budget web",
+                    "evictions wait for the disruption budget shop/web: its pods leave only as it allows (it needs 2 healthy pods)",
+                )),
+            ),
+            (
+                EventKind::PodBlocked,
+                Some("web-1"),
+                "its manifest was moved but the kubelet has not stopped it",
+                Some((
+                    "Node",
+                    "EvictionBlocked",
+                    "Warning",
+                    "shop/web-1 refused: its manifest",
                 )),
             ),
             (
@@ -382,54 +466,50 @@ mod tests {
                 "reboot in 60 s",
                 Some(("Node", "ShutdownDelayed", "Normal", "reboot")),
             ),
-            (
-                EventKind::PodEvicted,
-                Some("web-1"),
-                "",
-                Some((
-                    "Pod",
-                    "Evicted",
-                    "Normal",
-                    "evicted by maintd draining node node-a",
-                )),
-            ),
+            // One per pod only with --pod-events (below); the owners'
+            // Events come from the tally.
+            (EventKind::PodEvicted, Some("web-1"), "", None),
             // Too fine-grained for Events: the status and the log carry them.
             (EventKind::PodEvicting, Some("web-1"), "", None),
             (EventKind::PodGone, Some("web-1"), "", None),
             (EventKind::StageCompleted, None, "", None),
         ];
         for (kind, pod, message, want) in cases {
-            let got = translate("node-a", &event(kind, pod, message));
+            let got = translate("node-a", &event(kind, pod, message), false, None);
             match (got, want) {
                 (None, None) => {}
-                (
-                    Some((regarding, ns, name, reason, type_, note)),
-                    Some((w_regarding, w_reason, w_type, w_note)),
-                ) => {
+                (Some(r), Some((w_regarding, w_reason, w_type, w_note))) => {
                     assert_eq!(
-                        (regarding, reason, type_),
+                        (r.target.kind.as_str(), r.reason, r.type_),
                         (w_regarding, w_reason, w_type),
                         "{kind:?}"
                     );
-                    assert!(note.contains(w_note), "{kind:?}: {note}");
-                    let want_name = if regarding == "Pod" {
-                        "web-1"
-                    } else {
-                        "node-a"
-                    };
-                    assert_eq!(name, want_name, "{kind:?}");
+                    assert!(r.note.contains(w_note), "{kind:?}: {}", r.note);
                     assert_eq!(
-                        ns,
-                        if regarding == "Pod" {
-                            "shop"
-                        } else {
-                            "default"
-                        },
+                        (r.target.name.as_str(), r.target.namespace.as_str()),
+                        ("node-a", "default"),
                         "{kind:?}"
                     );
+                    let about = regarding(&r.target);
+                    assert_eq!(about["uid"], "node-a", "kubectl describe node finds it");
                 }
                 (got, want) => panic!("{kind:?}: got {got:?}, want {want:?}"),
             }
         }
+        let pod = translate(
+            "node-a",
+            &event(EventKind::PodEvicted, Some("web-1"), ""),
+            true,
+            None,
+        )
+        .expect("with --pod-events, one on the pod");
+        assert_eq!(
+            (
+                pod.target.kind.as_str(),
+                pod.target.name.as_str(),
+                pod.reason
+            ),
+            ("Pod", "web-1", "Evicted")
+        );
     }
 }

@@ -121,6 +121,34 @@ struct WrittenDrain {
     /// The object's resourceVersion after the last write, which the next
     /// write is based on.
     rv: Option<String>,
+    /// When the status was last written.
+    at: Option<tokio::time::Instant>,
+}
+
+/// What a look at the NodeDrain came to.
+enum Written {
+    /// Written, or nothing to write.
+    Done,
+    /// Only progress changed, and the last write is recent: later.
+    Later,
+    Failed,
+}
+
+/// How often a NodeDrain's progress alone (pods left, blockers, the stage)
+/// is written: a change of phase goes out at once, progress at most this
+/// often. The status writer watches every NodeDrain of the fleet, and a
+/// drain's progress changes with every pod.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// Whether the NodeDrain's phase changed in a way written at once: to or
+/// from Idle, Cordoned, Drained or Failed. Draining and Blocked take turns
+/// while budgets pace a drain: that is progress.
+fn phase_changed(before: &NodeDrainStatus, now: &NodeDrainStatus) -> bool {
+    let class = |p: &str| match p {
+        "Draining" | "Blocked" => "draining".to_string(),
+        other => other.to_string(),
+    };
+    class(&before.phase) != class(&now.phase)
 }
 
 impl StatusReporter {
@@ -162,8 +190,11 @@ impl StatusReporter {
             let now = tokio::time::Instant::now();
             let [drain, medik8s, node_condition] = &mut surfaces;
             if drain.due(now) {
-                let ok = self.write_node_drain(&mut written).await;
-                drain.record(ok, false, now);
+                match self.write_node_drain(&mut written).await {
+                    Written::Done => drain.record(true, false, now),
+                    Written::Later => drain.record(true, true, now),
+                    Written::Failed => drain.record(false, false, now),
+                }
             }
             if medik8s.due(now) {
                 let round = self
@@ -181,19 +212,19 @@ impl StatusReporter {
     /// Writes this node's `NodeDrain` when what it says changed: the
     /// object itself (owned by the Node, so it goes with it) the first
     /// time, then its status. Returns false if a write failed.
-    async fn write_node_drain(&self, written: &mut WrittenDrain) -> bool {
+    async fn write_node_drain(&self, written: &mut WrittenDrain) -> Written {
         // Until the Node is known there is no uid to own the object.
         let Some(node) = self.node_index.by_name(&self.node) else {
-            return true;
+            return Written::Done;
         };
         let Some(uid) = node["metadata"]["uid"].as_str().map(str::to_string) else {
-            return true;
+            return Written::Done;
         };
         // Nor until the NodeMaintenance objects are: a report without the
         // turns this node still has would let the status writer publish
         // a higher drain order early.
         if !self.maintenance.ready() {
-            return true;
+            return Written::Done;
         }
         let eval = self.maintenance.evaluate(&node);
         let mut maintenances: Vec<String> = eval
@@ -213,7 +244,21 @@ impl StatusReporter {
         };
         let st = nodedrain::from_drain(&self.node, &drain, maintenances, &order, lock_held);
         if written.uid.as_deref() == Some(uid.as_str()) && written.status.as_ref() == Some(&st) {
-            return true;
+            return Written::Done;
+        }
+        // What the status writer and the rollouts decide from goes out at
+        // once; progress within a phase waits its turn.
+        if let (Some(before), Some(at)) = (&written.status, written.at)
+            && !phase_changed(before, &st)
+            && before.maintenances == st.maintenances
+            && before.triggers == st.triggers
+            && before.drain_order == st.drain_order
+            && before.pending_turn == st.pending_turn
+            && before.waiting.is_some() == st.waiting.is_some()
+            && before.lock_held == st.lock_held
+            && at.elapsed() < PROGRESS_EVERY
+        {
+            return Written::Later;
         }
         if written.uid.as_deref() != Some(uid.as_str()) {
             let object = json!({
@@ -232,12 +277,13 @@ impl StatusReporter {
                 self.manager()
             );
             let Applied::Written(rv) = self.applier().apply(&path, &object).await else {
-                return false;
+                return Written::Failed;
             };
             *written = WrittenDrain {
                 uid: Some(uid),
                 status: None,
                 rv,
+                at: None,
             };
         }
         let mut stamped = st.clone();
@@ -261,19 +307,20 @@ impl StatusReporter {
             Applied::Written(rv) => {
                 written.status = Some(st);
                 written.rv = rv;
-                true
+                written.at = Some(tokio::time::Instant::now());
+                Written::Done
             }
             // Deleted (by a person; its Node going takes this agent too):
             // created again on the next round.
             Applied::Gone => {
                 *written = WrittenDrain::default();
-                false
+                Written::Failed
             }
             Applied::Stale | Applied::Failed | Applied::Undeclared(_) => {
                 // Not known what is there now: the next write goes out
                 // whatever the status, based on the version then read.
                 written.status = None;
-                false
+                Written::Failed
             }
         }
     }

@@ -100,6 +100,7 @@ pub fn drain_events(node: &str, items: &[Value]) -> Vec<DrainEvent> {
             priority: None,
             stage,
             message: message.to_string(),
+            owner: None,
         };
         let end_stage = |out: &mut Vec<DrainEvent>, stage: Option<usize>| {
             if stage.is_some() {
@@ -123,10 +124,16 @@ pub fn drain_events(node: &str, items: &[Value]) -> Vec<DrainEvent> {
                 out.push(event(EventKind::StageStarted, stage, label));
             }
             "EvictionBlocked" => {
-                // "eviction of shop/web-1 refused: <why>"
+                // "eviction of shop/web-1 refused: <why>", or a budget
+                // holding the stage's pods back: "evictions wait for the
+                // disruption budget shop/web: <why>"
                 let Some((pod, why)) = note
                     .strip_prefix("eviction of ")
                     .and_then(|r| r.split_once(" refused: "))
+                    .or_else(|| {
+                        note.strip_prefix("evictions wait for the disruption budget ")?
+                            .split_once(": ")
+                    })
                 else {
                     continue;
                 };
@@ -137,7 +144,27 @@ pub fn drain_events(node: &str, items: &[Value]) -> Vec<DrainEvent> {
                 }
                 out.push(ev);
             }
-            "StaticPodsStashed" => out.push(event(EventKind::StaticPodsStashed, stage, note)),
+            // A stage of static pods is said by its stash:
+            // "stage 9: Static ≤ 2000001000 (1 pods): moved ..."
+            "StaticPodsStashed" => {
+                let started = note
+                    .strip_prefix("stage ")
+                    .and_then(|r| r.split_once(": "))
+                    .and_then(|(n, rest)| Some((n.parse::<usize>().ok()?, rest)))
+                    .and_then(|(n, rest)| {
+                        let (label, what) = rest.split_once(" pods): ")?;
+                        Some((n, format!("{label} pods)"), what))
+                    });
+                match started {
+                    Some((n, label, what)) if stage != Some(n) => {
+                        end_stage(&mut out, stage);
+                        stage = Some(n);
+                        out.push(event(EventKind::StageStarted, stage, &label));
+                        out.push(event(EventKind::StaticPodsStashed, stage, what));
+                    }
+                    _ => out.push(event(EventKind::StaticPodsStashed, stage, note)),
+                }
+            }
             "DrainStageTimedOut" => out.push(event(EventKind::StageTimedOut, stage, note)),
             reason @ ("Drained" | "DrainFailed") => {
                 end_stage(&mut out, stage.take());

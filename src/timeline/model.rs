@@ -185,7 +185,9 @@ pub fn build(
             });
         }
         match ev.event {
-            EventKind::PodBlocked => pod.blocked_since = Some((t, ev.message.clone())),
+            EventKind::PodBlocked | EventKind::PodQueued => {
+                pod.blocked_since = Some((t, ev.message.clone()))
+            }
             EventKind::PodGone => pod.gone = Some(t),
             EventKind::StageEscalated => pod.marks.push(mark(MarkKind::Escalated)),
             _ => {}

@@ -22,6 +22,7 @@ fn ev(
         priority: None,
         stage,
         message: message.into(),
+        owner: None,
     }
 }
 

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::Drainer;
 use super::request::Requested;
 use crate::cluster::EvictionOutcome;
-use crate::drain::budget_watches::{BudgetHold, Claim, Ticket};
+use crate::drain::budget_watches::{BudgetHold, Claim, Claimant, Ticket};
 use crate::drain::plan::{PlannedPod, PodAction, PodInfo, PodType};
 use crate::drain::progress::{DrainEvent, EventKind, PodState};
 use crate::index::{Backoff, sleep_until};
@@ -144,6 +144,10 @@ impl Drainer {
             .get(&pod.uid)
             .map(|o| PodInfo::from_json(&o).labels)
             .unwrap_or_default();
+        let claimant = Claimant {
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+        };
         loop {
             if !self.pods.contains(&pod.uid) || stop_evicting.is_cancelled() {
                 break;
@@ -152,13 +156,18 @@ impl Drainer {
             // pod: asking would only be refused. Not once the pod holds a
             // watch: a wake-up is its turn to ask.
             let claim = match hold {
-                None => self.budgets.claim(&pod.namespace, &labels),
+                None => self.budgets.claim(&pod.namespace, &claimant, &labels),
                 Some(_) => Claim::Ask(woken.take()),
             };
             let (blocker, kind, by_budget) = match claim {
-                Claim::Wait(budget, blocker) => {
+                Claim::Wait(budget, blocker, paced) => {
                     hold = Some(*budget);
-                    (blocker, EventKind::PodBlocked, true)
+                    let kind = if paced {
+                        EventKind::PodQueued
+                    } else {
+                        EventKind::PodBlocked
+                    };
+                    (blocker, kind, true)
                 }
                 Claim::Ask(ticket) => match self
                     .ask(number, pod, sem, cancel, stop_evicting, &mut hold, ticket)
@@ -248,14 +257,16 @@ impl Drainer {
             &outcome,
             EvictionOutcome::Blocked { blocker } if blocking_budget(blocker).is_some()
         );
-        // The budget's disruption stays taken when the API server counted
-        // it: granted, or refused by the budget (its next status counts
-        // afresh). Any other outcome gives it back, to this pod's next ask
-        // or to another's.
-        if (by_budget || matches!(outcome, EvictionOutcome::Evicted))
-            && let Some(ticket) = ticket
-        {
-            ticket.used();
+        // The budget's disruption stays taken while its status does not
+        // count a granted eviction yet; refused by the budget, the pod
+        // waits for the next status. Any other outcome gives it back, to
+        // this pod's next ask or to another's.
+        if let Some(ticket) = ticket {
+            match &outcome {
+                EvictionOutcome::Evicted => ticket.granted(),
+                _ if by_budget => ticket.refused(),
+                _ => drop(ticket),
+            }
         }
         let (blocker, kind) = match outcome {
             EvictionOutcome::Evicted => {
@@ -270,7 +281,14 @@ impl Drainer {
                     .as_ref()
                     .is_some_and(|h| h.covers(&pod.namespace, named))
                 {
-                    *hold = Some(self.budgets.hold(&pod.namespace, named));
+                    *hold = Some(self.budgets.hold(
+                        &pod.namespace,
+                        named,
+                        &Claimant {
+                            name: pod.name.clone(),
+                            uid: pod.uid.clone(),
+                        },
+                    ));
                 }
                 if let Some(h) = hold.as_ref() {
                     h.seen_from(seen);
@@ -452,6 +470,7 @@ pub(super) fn pod_event(
     ev.pod_type = Some(pod.pod_type);
     ev.priority = Some(pod.priority);
     ev.message = message;
+    ev.owner = pod.owner.clone();
     ev
 }
 

@@ -253,6 +253,7 @@ fn planned(pod: &PodInfo, pod_type: PodType) -> PlannedPod {
         },
         notes,
         grace_seconds: pod.termination_grace_seconds,
+        owner: pod.owner.clone(),
     }
 }
 

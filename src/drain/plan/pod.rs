@@ -33,6 +33,9 @@ pub fn well_known_priority(name: &str) -> Option<i32> {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OwnerRef {
+    /// Its API group and version (`apps/v1`), for an Event about it.
+    #[serde(skip)]
+    pub api_version: String,
     pub kind: String,
     pub name: String,
     pub uid: String,
@@ -275,6 +278,11 @@ impl Reader {
                 }
             };
             owners.push(OwnerRef {
+                api_version: obj
+                    .get("apiVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
                 kind,
                 name: self
                     .string(Some(obj), "name", &format!("{path}.name"))

@@ -23,6 +23,7 @@ fn pod(name: &str) -> PodInfo {
 
 fn owner(kind: &str, controller: bool) -> OwnerRef {
     OwnerRef {
+        api_version: "apps/v1".into(),
         kind: kind.into(),
         name: "owner".into(),
         uid: "owner-uid".into(),

@@ -17,6 +17,7 @@ fn event(kind: EventKind, pod: Option<(&str, &str)>, message: &str) -> DrainEven
         priority: None,
         stage: None,
         message: message.into(),
+        owner: None,
     }
 }
 

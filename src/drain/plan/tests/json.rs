@@ -53,6 +53,7 @@ fn well_formed_pod_reads_without_warnings() {
     assert_eq!(
         p.owner,
         Some(OwnerRef {
+            api_version: "apps/v1".into(),
             kind: "ReplicaSet".into(),
             name: "rs".into(),
             uid: "r1".into(),
