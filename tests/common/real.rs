@@ -48,7 +48,11 @@ impl Real {
                 Some(d) => PathBuf::from(d),
                 None => start_own()?,
             };
-            install_deploy(&dir)?;
+            alive(&dir)?;
+            install_deploy(&dir).map_err(|why| match alive(&dir) {
+                Ok(()) => why,
+                Err(dead) => format!("{why}\n{dead}"),
+            })?;
             Ok(dir)
         });
         match dir {
@@ -280,6 +284,44 @@ fn start_own() -> Result<PathBuf, String> {
 /// install and what medik8s adds), without the DaemonSet, and medik8s' own
 /// CRD (tests/fixtures) that it builds on. Server-side apply, so that test
 /// processes sharing a control plane may do it at once.
+/// Whether every process of the control plane in `dir` still runs; the
+/// ones that exited are named, with the end of their logs (a test that
+/// fails for want of its control plane says why).
+fn alive(dir: &Path) -> Result<(), String> {
+    let mut dead = Vec::new();
+    for p in [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+    ] {
+        let Ok(pid) = std::fs::read_to_string(dir.join(format!("{p}.pid"))) else {
+            dead.push(format!(
+                "{p}: not started (no {p}.pid in {})",
+                dir.display()
+            ));
+            continue;
+        };
+        let running = std::path::Path::new(&format!("/proc/{}", pid.trim())).exists();
+        if !running {
+            let log = std::fs::read_to_string(dir.join(format!("log/{p}.log"))).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(15).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            dead.push(format!(
+                "{p} (pid {}) exited; the end of its log:\n{}",
+                pid.trim(),
+                tail.join("\n")
+            ));
+        }
+    }
+    if dead.is_empty() {
+        Ok(())
+    } else {
+        Err(dead.join("\n"))
+    }
+}
+
 fn install_deploy(dir: &Path) -> Result<(), String> {
     let kubeconfig = dir.join("admin.kubeconfig");
     let medik8s_crd = root().join("tests/fixtures/medik8s-crd.yaml");
