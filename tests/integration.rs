@@ -14,6 +14,8 @@ mod eviction_request_support;
 mod logind_support;
 #[path = "alerts/prometheus.rs"]
 mod prometheus;
+#[path = "real_kubelet/mod.rs"]
+mod real_kubelet;
 
 #[path = "alerts.rs"]
 mod alerts;
@@ -85,6 +87,14 @@ mod prometheus_rules;
 mod real_drain;
 #[path = "real_eviction_requests.rs"]
 mod real_eviction_requests;
+#[path = "real_kubelet_drain.rs"]
+mod real_kubelet_drain;
+#[path = "real_kubelet_install.rs"]
+mod real_kubelet_install;
+#[path = "real_kubelet_reboot.rs"]
+mod real_kubelet_reboot;
+#[path = "real_kubelet_upgrade.rs"]
+mod real_kubelet_upgrade;
 #[path = "real_maintenance.rs"]
 mod real_maintenance;
 #[path = "real_node_parts.rs"]

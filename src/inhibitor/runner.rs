@@ -359,7 +359,7 @@ impl Runner {
         for c in &competing {
             if self.competing_seen.insert((c.who.clone(), c.why.clone())) {
                 tracing::warn!(who = %c.who, why = %c.why,
-                    "kubelet graceful node shutdown holds a delay lock: it will kill pods while maintd drains; set kubelet shutdownGracePeriod to 0 or order it after maintd");
+                    "the kubelet's graceful node shutdown holds a delay lock: it kills pods as soon as a shutdown is announced, beside maintd's drain; set the kubelet's shutdownGracePeriod to 0s");
                 self.emit(ShutdownEvent::CompetingInhibitor {
                     who: c.who.clone(),
                     why: c.why.clone(),
