@@ -21,7 +21,19 @@
 //! The disruption controller runs with the simulator's default lag (300 ms),
 //! and then with a busy cluster's 2 s. The bench fails if maintd ever beats
 //! the bound (the model would be wrong) or if the drain does not complete.
-//! Run with `cargo bench --bench drain`.
+//! Run with `cargo bench --bench drain`. With `MAINTD_DRAIN_TARGET=real`,
+//! the comparison with `kubectl drain` on the real control plane instead
+//! (benches/drain/real.rs).
+
+// The real control plane's parts, shared with the scale bench.
+#[allow(dead_code)]
+#[path = "real/cluster.rs"]
+mod cluster;
+#[allow(dead_code)]
+#[path = "real/counting.rs"]
+mod counting;
+#[path = "drain/real.rs"]
+mod real;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -383,6 +395,10 @@ const BUSY_LAG: Duration = Duration::from_secs(2);
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    if std::env::var("MAINTD_DRAIN_TARGET").is_ok_and(|t| t == "real") {
+        real::main().await;
+        return;
+    }
     let lag = SimConfig::default().disruption_lag;
     let sim = cluster(lag).await;
     let (ideal_all, ideal_default, ideal_stages) = ideal(&sim);

@@ -91,6 +91,11 @@ pub struct SimState {
     /// A token with an admin's rights (`system:masters`), as kubeadm's
     /// admin.conf carries: what tests, the demo and kubectl act with.
     pub admin_token: String,
+    /// When an eviction last wrote each budget's status (by the budget's
+    /// uid): an eviction under it that arrived before then lost the race
+    /// for that status (see `eviction::wait_turn`).
+    pub(crate) eviction_writes:
+        std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
 }
 
 impl SimState {
@@ -118,6 +123,7 @@ impl SimState {
             watches: Default::default(),
             config,
             started: Instant::now(),
+            eviction_writes: Default::default(),
         });
         // Every cluster has these namespaces and priority classes.
         let system = Writer {
