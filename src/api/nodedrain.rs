@@ -89,6 +89,10 @@ pub struct NodeDrainStatus {
     pub finished_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<String>,
+    /// The version of the agent that writes this object: during a rollout
+    /// of a new release, which nodes run which.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -174,6 +178,7 @@ pub fn from_drain(
         started_at: st.started_at.clone(),
         finished_at: st.finished_at.clone(),
         updated_at: None,
+        agent_version: Some(env!("CARGO_PKG_VERSION").to_string()),
     }
 }
 
@@ -209,6 +214,7 @@ mod tests {
         assert_eq!(s.blockers.len(), MAX_BLOCKERS);
         assert_eq!(s.blockers_total, 25);
         assert_eq!(s.maintenances, ["rack-7"]);
+        assert_eq!(s.agent_version.as_deref(), Some(env!("CARGO_PKG_VERSION")));
         let json = serde_json::to_string(&s).unwrap();
         assert!(
             json.len() < 4096,
