@@ -243,3 +243,48 @@ async fn a_pod_its_budget_never_allows_is_asked_at_most_every_30_seconds() {
     );
     agent.stop().await;
 }
+
+/// A budget that allows three web pods to go at once: the agent asks for
+/// them one after the other, each as soon as the last was answered, so
+/// none is refused a conflict by the API server and made to wait its
+/// half-second retry (the simulator makes an eviction that raced another
+/// for the same budget's status wait, as Kubernetes does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evictions_under_one_budget_are_asked_one_at_a_time() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    web_budget_min_available(&client, 0).await;
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
+    eventually("the web budget allows its three pods to go", || {
+        let pdbs = pdbs.clone();
+        async move {
+            pdbs.get("web")
+                .await
+                .ok()
+                .and_then(|b| b.status)
+                .is_some_and(|s| s.disruptions_allowed == Some(3))
+        }
+    })
+    .await;
+    let agent = start(&sim);
+    taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
+    agent
+        .wait_for("the three web pods evicted", |evs| {
+            evs.iter()
+                .filter(|e| {
+                    e.event == EventKind::PodEvicted
+                        && e.pod.as_deref().is_some_and(|p| p.starts_with("web-"))
+                })
+                .count()
+                == 3
+        })
+        .await;
+    assert_eq!(
+        sim.state
+            .eviction_races
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "evictions under the web budget raced one another for its status"
+    );
+    agent.stop().await;
+}

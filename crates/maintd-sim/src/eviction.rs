@@ -87,6 +87,8 @@ pub async fn wait_turn(sim: &SimState, ns: &str, name: &str, mut arrived: tokio:
         };
         match written {
             Some(at) if at > arrived => {
+                sim.eviction_races
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let jitter = rand::random_range(0.0..0.1);
                 tokio::time::sleep(CONFLICT_BACKOFF.mul_f64(1.0 + jitter)).await;
                 arrived = tokio::time::Instant::now();

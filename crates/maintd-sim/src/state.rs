@@ -96,6 +96,9 @@ pub struct SimState {
     /// for that status (see `eviction::wait_turn`).
     pub(crate) eviction_writes:
         std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
+    /// Evictions that lost the race for their budget's status and waited
+    /// the API server's backoff before reading it again.
+    pub eviction_races: std::sync::atomic::AtomicU64,
 }
 
 impl SimState {
@@ -124,6 +127,7 @@ impl SimState {
             config,
             started: Instant::now(),
             eviction_writes: Default::default(),
+            eviction_races: Default::default(),
         });
         // Every cluster has these namespaces and priority classes.
         let system = Writer {

@@ -227,6 +227,18 @@ impl Drainer {
     ) -> Asked {
         let p = &self.progress;
         let event = |kind: EventKind, message: String| pod_event(p, number, pod, kind, message);
+        // One eviction under a budget at a time (see `Ticket::turn`), taken
+        // before a permit so that a pod waiting its turn holds none; pods
+        // of other budgets, and pods with none, go on meanwhile.
+        let turn = match &ticket {
+            Some(t) => tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Asked::Cancelled,
+                _ = stop_evicting.cancelled() => return Asked::Going,
+                turn = t.turn() => Some(turn),
+            },
+            None => None,
+        };
         let permit = tokio::select! {
             biased;
             _ = cancel.cancelled() => return Asked::Cancelled,
@@ -268,6 +280,7 @@ impl Drainer {
                 _ => drop(ticket),
             }
         }
+        drop(turn);
         let (blocker, kind) = match outcome {
             EvictionOutcome::Evicted => {
                 self.set_pod(&pod.uid, PodState::Terminating, None);
