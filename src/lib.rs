@@ -10,6 +10,7 @@ pub mod coordination;
 #[cfg(feature = "sim")]
 pub mod demo;
 pub mod drain;
+pub mod fleet;
 pub mod fleetlock;
 pub mod http;
 pub mod index;

@@ -153,9 +153,34 @@ enum Command {
         #[arg(long, requires = "node")]
         kubeconfig: Option<PathBuf>,
     },
-    /// Ask the agent to drain this node. With --wait, exits 0 only once the
-    /// node is drained: `maintd drain --wait && systemctl reboot`.
+    /// Show every node's drain, as kubectl shows a resource: a row per
+    /// node from the NodeDrain objects the agents write (`-o wide` for
+    /// more columns, `-o json|yaml` for the objects), `-w` to follow.
+    Get {
+        /// Show this node's drain only.
+        node: Option<String>,
+        /// Output format; a table by default.
+        #[arg(short = 'o', long, value_enum)]
+        output: Option<GetOutput>,
+        /// Only the nodes whose labels match this selector (NodeDrain
+        /// objects carry no labels: it is matched against the Nodes').
+        #[arg(short = 'l', long)]
+        selector: Option<String>,
+        /// After the table, print a line per change until Ctrl-C.
+        #[arg(short = 'w', long)]
+        watch: bool,
+        /// Kubeconfig to use; default: KUBECONFIG or ~/.kube/config.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+    },
+    /// Drain a node. With NODE, from anywhere kubectl works: create the
+    /// NodeMaintenance drain-NODE for that node, as `kubectl drain` would
+    /// drain it. Without NODE, on the node itself: ask its agent on the
+    /// local socket. With --wait, exits 0 only once the node is drained:
+    /// `maintd drain --wait && systemctl reboot`.
     Drain {
+        /// The node to drain through the cluster (a NodeMaintenance).
+        node: Option<String>,
         #[command(flatten)]
         endpoint: EndpointArg,
         /// Why (shown in the status and the agent's events).
@@ -164,20 +189,43 @@ enum Command {
         /// Wait until the node is drained, printing progress.
         #[arg(long)]
         wait: bool,
-        /// With --wait: give up waiting after this many seconds (exit 2,
-        /// printing the blockers); the drain itself goes on.
-        #[arg(long, requires = "wait")]
+        /// With NODE and --wait: give up waiting after this long (90s, 15m,
+        /// 1h; default 1h): exit 1, printing where the drain stands; the
+        /// drain itself goes on.
+        #[arg(long, requires_all = ["node", "wait"])]
+        timeout: Option<String>,
+        /// Without NODE, with --wait: give up waiting after this many
+        /// seconds (exit 2, printing the blockers); the drain itself goes
+        /// on.
+        #[arg(long, requires = "wait", conflicts_with = "node")]
         timeout_seconds: Option<u64>,
-        /// Ask the agent to finish within this many seconds, escalating to
-        /// deletion as on shutdown.
-        #[arg(long)]
+        /// Without NODE: ask the agent to finish within this many seconds,
+        /// escalating to deletion as on shutdown.
+        #[arg(long, conflicts_with = "node")]
         deadline_seconds: Option<u64>,
+        /// With NODE: the kubeconfig to use (default as kubectl's).
+        #[arg(long, requires = "node")]
+        kubeconfig: Option<PathBuf>,
     },
-    /// Withdraw the local drain request; the agent undoes the drain unless
-    /// another trigger still wants it.
+    /// Undo a drain. With NODE: delete the NodeMaintenance `maintd drain
+    /// NODE` made (only that one). Without NODE, on the node itself:
+    /// withdraw the local drain request. Either way the agent undoes the
+    /// drain unless another trigger still wants it.
     Undrain {
+        /// The node to bring back through the cluster.
+        node: Option<String>,
         #[command(flatten)]
         endpoint: EndpointArg,
+        /// With NODE: wait until the node takes pods again and its
+        /// NodeDrain says so, printing progress.
+        #[arg(long, requires = "node")]
+        wait: bool,
+        /// With --wait: give up after this long (90s, 15m, 1h; default 1h).
+        #[arg(long, requires = "wait")]
+        timeout: Option<String>,
+        /// With NODE: the kubeconfig to use (default as kubectl's).
+        #[arg(long, requires = "node")]
+        kubeconfig: Option<PathBuf>,
     },
     /// Run a simulated Kubernetes cluster, seeded from a scenario, for kubectl
     /// and maintd to talk to.
@@ -249,6 +297,15 @@ enum Picture {
 enum Output {
     Text,
     Json,
+}
+
+/// What `maintd get -o` prints besides the table.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum GetOutput {
+    /// The table with more columns.
+    Wide,
+    Json,
+    Yaml,
 }
 
 /// A client for the cluster, and the API server's address for messages: an
@@ -552,12 +609,61 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Get {
+            node,
+            output,
+            selector,
+            watch,
+            kubeconfig,
+        } => {
+            use maintd::fleet::get::{Format, GetOptions};
+            let opts = GetOptions {
+                node,
+                format: match output {
+                    None => Format::Table,
+                    Some(GetOutput::Wide) => Format::Wide,
+                    Some(GetOutput::Json) => Format::Json,
+                    Some(GetOutput::Yaml) => Format::Yaml,
+                },
+                selector,
+                watch,
+            };
+            tokio::select! {
+                r = maintd::fleet::get_drains(kubeconfig.as_deref(), &opts) => r?,
+                () = shutdown_signal(), if watch => {}
+            }
+            Ok(())
+        }
+        Command::Drain {
+            node: Some(node),
+            reason,
+            wait,
+            timeout,
+            kubeconfig,
+            ..
+        } => {
+            let timeout = timeout.as_deref();
+            maintd::fleet::drain_node(kubeconfig.as_deref(), &node, &reason, wait, timeout).await?;
+            Ok(())
+        }
+        Command::Undrain {
+            node: Some(node),
+            wait,
+            timeout,
+            kubeconfig,
+            ..
+        } => {
+            maintd::fleet::undrain_node(kubeconfig.as_deref(), &node, wait, timeout.as_deref())
+                .await?;
+            Ok(())
+        }
         Command::Drain {
             endpoint,
             reason,
             wait,
             timeout_seconds,
             deadline_seconds,
+            ..
         } => {
             let client = maintd::cli::LocalClient::new(&endpoint.endpoint);
             let st = client
@@ -577,7 +683,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Undrain { endpoint } => {
+        Command::Undrain { endpoint, .. } => {
             let st = maintd::cli::LocalClient::new(&endpoint.endpoint)
                 .undrain()
                 .await

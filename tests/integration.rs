@@ -57,6 +57,8 @@ mod grafana_dashboard;
 mod install;
 #[path = "kubectl.rs"]
 mod kubectl;
+#[path = "kubectl_style.rs"]
+mod kubectl_style;
 #[path = "lifecycle_conditions.rs"]
 mod lifecycle_conditions;
 #[path = "local_endpoint.rs"]
