@@ -53,6 +53,8 @@ mod fleetlock;
 mod fleetlock_endpoint;
 #[path = "grafana_dashboard.rs"]
 mod grafana_dashboard;
+#[path = "helm.rs"]
+mod helm;
 #[path = "install.rs"]
 mod install;
 #[path = "kubectl.rs"]
@@ -89,6 +91,8 @@ mod prometheus_rules;
 mod real_drain;
 #[path = "real_eviction_requests.rs"]
 mod real_eviction_requests;
+#[path = "real_helm.rs"]
+mod real_helm;
 #[path = "real_kubelet_drain.rs"]
 mod real_kubelet_drain;
 #[path = "real_kubelet_install.rs"]
