@@ -93,6 +93,8 @@ mod real_drain;
 mod real_eviction_requests;
 #[path = "real_helm.rs"]
 mod real_helm;
+#[path = "real_kubectl_style.rs"]
+mod real_kubectl_style;
 #[path = "real_kubelet_drain.rs"]
 mod real_kubelet_drain;
 #[path = "real_kubelet_install.rs"]

@@ -234,6 +234,11 @@ async fn get_shows_each_nodes_drain_as_kubectl_shows_a_resource() {
     }
     wait_phase(&client, "node-b", "Drained").await;
     wait_phase(&client, "node-a", "Blocked").await;
+    eventually("node-a's agent reports both web pods refused", || async {
+        let d = nodedrains(&client).get("node-a").await.unwrap();
+        serde_json::to_value(d).unwrap()["status"]["blockersTotal"] == 2
+    })
+    .await;
 
     let table = cli.ok(&["get"]).await;
     let header = table.lines().next().unwrap();
