@@ -304,7 +304,9 @@ enum Output {
 enum GetOutput {
     /// The table with more columns.
     Wide,
+    /// The NodeDrain objects (several as a v1 List, as kubectl prints them).
     Json,
+    /// The same as YAML.
     Yaml,
 }
 
