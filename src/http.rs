@@ -617,7 +617,7 @@ async fn until_stopped(conn: impl std::future::Future<Output = ()>, stop: Cancel
 /// One connection: HTTP/1.1 with small buffers and a header timeout, each
 /// request bounded by [`REQUEST_TIMEOUT`]. Holds its place (`permit`) and
 /// is counted open until it ends.
-async fn serve_connection<S>(
+pub(crate) async fn serve_connection<S>(
     endpoint: Arc<Endpoint>,
     stream: S,
     peer: Peer,

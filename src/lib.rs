@@ -12,6 +12,8 @@ pub mod demo;
 pub mod drain;
 pub mod fleet;
 pub mod fleetlock;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod index;
 pub mod inhibitor;

@@ -25,7 +25,7 @@ mod cordon;
 mod fleet;
 pub use fleet::AgentDrain;
 mod medik8s;
-mod medik8s_lease;
+pub(crate) mod medik8s_lease;
 mod order;
 mod planned;
 mod reconcile;

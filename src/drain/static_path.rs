@@ -132,25 +132,29 @@ fn read_static_pod_path(path: &Path) -> Found {
             ));
         }
     };
-    // YAML, or JSON (which YAML reads too); an empty file says nothing.
-    let doc: serde_json::Value = if text.trim().is_empty() {
-        serde_json::Value::Null
-    } else {
-        match serde_saphyr::from_str(&text) {
-            Ok(v) => v,
-            Err(e) => {
-                return Found::Unreadable(format!(
-                    "the kubelet config {} is not YAML ({})",
-                    path.display(),
-                    e.to_string().lines().next().unwrap_or("")
-                ));
-            }
-        }
-    };
-    match doc["staticPodPath"].as_str().map(str::trim) {
-        Some(dir) if !dir.is_empty() => Found::Dir(path.to_path_buf(), PathBuf::from(dir)),
-        _ => Found::NotSet(path.to_path_buf()),
+    match static_pod_path_of(&text) {
+        Ok(Some(dir)) => Found::Dir(path.to_path_buf(), dir),
+        Ok(None) => Found::NotSet(path.to_path_buf()),
+        Err(e) => Found::Unreadable(format!(
+            "the kubelet config {} is not YAML ({e})",
+            path.display()
+        )),
     }
+}
+
+/// The `staticPodPath` a kubelet config file's text sets, if any; the
+/// error is the first line of why the text is not YAML.
+pub(crate) fn static_pod_path_of(text: &str) -> Result<Option<PathBuf>, String> {
+    // YAML, or JSON (which YAML reads too); an empty file says nothing.
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let doc: serde_json::Value = serde_saphyr::from_str(text)
+        .map_err(|e| e.to_string().lines().next().unwrap_or("").to_string())?;
+    Ok(match doc["staticPodPath"].as_str().map(str::trim) {
+        Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
+        _ => None,
+    })
 }
 
 #[cfg(test)]

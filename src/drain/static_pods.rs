@@ -238,10 +238,7 @@ impl StaticPodStash {
         let Ok(text) = fs::read_to_string(&path) else {
             return Ok(None);
         };
-        let what = match serde_json::from_str::<Journal>(&text) {
-            Ok(j) => format!("an interrupted {} of {}", j.op, j.files.join(", ")),
-            Err(_) => "an interrupted operation (its journal is unreadable; the files themselves are intact)".to_string(),
-        };
+        let what = journal_says(&text);
         tracing::warn!(stash = %self.stash_dir.display(), "finishing {what}");
         self.clear_journal()?;
         Ok(Some(what))
@@ -355,44 +352,64 @@ impl StaticPodStash {
     }
 }
 
+/// What an interrupted operation's journal (its text) says it was.
+pub(crate) fn journal_says(text: &str) -> String {
+    match serde_json::from_str::<Journal>(text) {
+        Ok(j) => format!("an interrupted {} of {}", j.op, j.files.join(", ")),
+        Err(_) => {
+            "an interrupted operation (its journal is unreadable; the files themselves are intact)"
+                .to_string()
+        }
+    }
+}
+
 /// Reads `files` of `dir` as pod manifests; one that cannot be read says why.
 fn read_manifests(dir: &Path, files: Vec<String>) -> Result<Vec<Manifest>, StashError> {
     let mut out = Vec::new();
     for file in files {
         let path = dir.join(&file);
         let changed_ago_ms = changed_ago_ms(&path);
-        let parsed = fs::read_to_string(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|t| serde_saphyr::from_str::<Value>(&t).map_err(|e| e.to_string()));
-        out.push(match parsed {
-            Ok(v) => Manifest {
-                file,
-                pod_name: v["metadata"]["name"].as_str().map(str::to_string),
-                namespace: Some(
-                    v["metadata"]["namespace"]
-                        .as_str()
-                        .unwrap_or("default")
-                        .to_string(),
-                ),
-                grace_seconds: v["spec"]["terminationGracePeriodSeconds"]
-                    .as_i64()
-                    .filter(|g| *g >= 0)
-                    .unwrap_or(DEFAULT_GRACE_SECONDS),
-                error: (!v["metadata"]["name"].is_string())
-                    .then(|| "the manifest has no metadata.name".to_string()),
-                changed_ago_ms,
-            },
-            Err(e) => Manifest {
-                file,
-                pod_name: None,
-                namespace: None,
-                grace_seconds: DEFAULT_GRACE_SECONDS,
-                error: Some(e),
-                changed_ago_ms,
-            },
-        });
+        let text = fs::read_to_string(&path).map_err(|e| e.to_string());
+        out.push(manifest_of(file, text, changed_ago_ms));
     }
     Ok(out)
+}
+
+/// The manifest `file` whose text is `text` (or why it could not be read)
+/// says; one that is not YAML, or names no pod, says why.
+pub(crate) fn manifest_of(
+    file: String,
+    text: Result<String, String>,
+    changed_ago_ms: Option<u64>,
+) -> Manifest {
+    let parsed = text.and_then(|t| serde_saphyr::from_str::<Value>(&t).map_err(|e| e.to_string()));
+    match parsed {
+        Ok(v) => Manifest {
+            file,
+            pod_name: v["metadata"]["name"].as_str().map(str::to_string),
+            namespace: Some(
+                v["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("default")
+                    .to_string(),
+            ),
+            grace_seconds: v["spec"]["terminationGracePeriodSeconds"]
+                .as_i64()
+                .filter(|g| *g >= 0)
+                .unwrap_or(DEFAULT_GRACE_SECONDS),
+            error: (!v["metadata"]["name"].is_string())
+                .then(|| "the manifest has no metadata.name".to_string()),
+            changed_ago_ms,
+        },
+        Err(e) => Manifest {
+            file,
+            pod_name: None,
+            namespace: None,
+            grace_seconds: DEFAULT_GRACE_SECONDS,
+            error: Some(e),
+            changed_ago_ms,
+        },
+    }
 }
 
 /// How long ago `path` last changed (its ctime: a rename sets it).

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-use super::{FileOp, MAX_REPLY, Reply, Request};
+use super::{FileOp, MAX_REPLY, Request, decode_reply};
 
 /// How long a file operation may take in the helper (it renames and
 /// fsyncs a handful of files) before the agent gives up on it.
@@ -64,10 +64,9 @@ impl HelperClient {
         BufReader::new(stream.take(MAX_REPLY))
             .read_line(&mut reply)
             .map_err(|e| self.bad(e))?;
-        match serde_json::from_str::<Reply>(&reply).map_err(|e| self.bad(e))? {
-            Reply::Ok(v) => serde_json::from_value(v).map_err(|e| self.bad(e)),
-            Reply::Error(e) => Err(HelperError::Failed(e)),
-        }
+        decode_reply(&reply)
+            .map_err(|e| self.bad(e))?
+            .map_err(HelperError::Failed)
     }
 
     /// Opens a hold session (see [`crate::inhibitor`]'s remote holder).

@@ -108,6 +108,23 @@ enum Reply {
     Error(String),
 }
 
+/// Reads a request line from the agent; the error says why it is not one.
+pub(crate) fn decode_request(line: &str) -> Result<Request, String> {
+    serde_json::from_str::<Request>(line)
+        .map_err(|e| format!("not a request the node helper knows: {e}"))
+}
+
+/// Reads the helper's reply line to a file operation: its result as `T`,
+/// the helper's own error, or why the reply cannot be read.
+pub(crate) fn decode_reply<T: serde::de::DeserializeOwned>(
+    line: &str,
+) -> Result<Result<T, String>, String> {
+    match serde_json::from_str::<Reply>(line).map_err(|e| e.to_string())? {
+        Reply::Ok(v) => serde_json::from_value(v).map(Ok).map_err(|e| e.to_string()),
+        Reply::Error(e) => Ok(Err(e)),
+    }
+}
+
 /// The next connection on `listener` and its caller's uid (as the kernel
 /// says), waiting after an accept fails (out of file descriptors: the loop
 /// must not spin), longer each time in a row; None once `stop`.

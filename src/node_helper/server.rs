@@ -11,8 +11,8 @@ use tokio::sync::{Mutex, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    FileOp, HoldRequest, MAX_REQUEST, Reply, Request, SessionCommand, SessionMessage, next_caller,
-    read_line, write_line,
+    FileOp, HoldRequest, MAX_REQUEST, Reply, Request, SessionCommand, SessionMessage,
+    decode_request, next_caller, read_line, write_line,
 };
 use crate::drain::static_pods::StaticPodStash;
 use crate::inhibitor::{InhibitWhat, InhibitorConfig, ShutdownInhibitor};
@@ -118,10 +118,9 @@ impl Helper {
                 }
                 Err(_) => return,
             };
-        let request = match serde_json::from_str::<Request>(&line) {
+        let request = match decode_request(&line) {
             Ok(r) => r,
-            Err(e) => {
-                let why = format!("not a request the node helper knows: {e}");
+            Err(why) => {
                 tracing::warn!("{why}");
                 let _ = write_line(&mut write, &Reply::Error(why)).await;
                 return;

@@ -5,7 +5,7 @@
 //! drain (fail safe): a planned drain can wait, a drain during an outage
 //! nobody can see cannot be undone.
 
-mod answer;
+pub(crate) mod answer;
 #[cfg(test)]
 mod tests;
 

@@ -37,7 +37,7 @@ use crate::trigger::maintenance::MaintenanceTrigger;
 /// Trims a NodeDrain to what [`aggregate`] and the order read: its
 /// identity, and of its status the node, phase, maintenances, first
 /// blocker, last error, drain order, pending turn and whether it waits.
-fn keep_what_aggregates_read(o: &mut Value) {
+pub(crate) fn keep_what_aggregates_read(o: &mut Value) {
     let meta = &o["metadata"];
     let mut status = serde_json::Map::new();
     for key in [
