@@ -15,9 +15,11 @@ pub struct AgentArgs {
     /// The agent's own pod, never drained (downward API).
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
+    /// The agent's own pod's namespace (downward API).
     #[arg(long, env = "POD_NAMESPACE")]
     pub pod_namespace: Option<String>,
-    /// Taint keys that request a drain when present on the node (any effect).
+    /// Taint keys that request a drain when present on the node (any
+    /// effect); removing the taint ends the maintenance.
     #[arg(
         long = "drain-taint",
         default_value = "maintd.io/drain",
@@ -26,21 +28,28 @@ pub struct AgentArgs {
     pub drain_taints: Vec<String>,
     /// The kubelet's static pod directory. Default: the kubelet's own
     /// `staticPodPath` (see --kubelet-config), else /etc/kubernetes/manifests.
+    /// One that differs from the kubelet's own is a Warning Event and a
+    /// status warning.
     #[arg(long, env = "MAINTD_STATIC_POD_DIR")]
     pub static_pod_dir: Option<PathBuf>,
     /// The kubelet's config file, read for its staticPodPath. Default: the
-    /// first of kubeadm's /var/lib/kubelet/config.yaml, k3s' and RKE2's
-    /// kubelet.conf.d defaults that exists.
+    /// first that exists of /var/lib/kubelet/config.yaml (kubeadm),
+    /// /var/lib/rancher/k3s/agent/etc/kubelet.conf.d/00-k3s-defaults.conf
+    /// and /var/lib/rancher/rke2/agent/etc/kubelet.conf.d/00-rke2-defaults.conf.
     #[arg(long, env = "MAINTD_KUBELET_CONFIG")]
     pub kubelet_config: Option<PathBuf>,
     /// Where static pod manifests are kept during maintenance; must be on
-    /// the same filesystem. Default: beside the static pod directory.
+    /// the same filesystem. Default: `.maintd-stash` inside the static pod
+    /// directory (the kubelet skips dot-directories). What an earlier
+    /// release stashed beside the directory (`<dir>.maintd-stash`) is
+    /// restored too.
     #[arg(long, env = "MAINTD_STATIC_POD_STASH")]
     pub static_pod_stash: Option<PathBuf>,
     /// At most this many evictions in flight.
     #[arg(long, default_value_t = 256)]
     pub concurrency: usize,
-    /// Give up waiting on a stage after this many seconds (0: never).
+    /// Report a stage that takes longer than this many seconds, then do as
+    /// --on-stage-timeout says (0: never).
     #[arg(long, default_value_t = 0)]
     pub stage_timeout_seconds: u64,
     /// What to do when a stage times out.
@@ -52,7 +61,8 @@ pub struct AgentArgs {
     #[arg(long, env = "MAINTD_LISTEN", default_value = "127.0.0.1:9477")]
     pub listen: String,
     /// The unix socket that takes drain requests (`maintd drain`), from root
-    /// or maintd's own user only. A loopback address:port instead serves
+    /// or maintd's own user only (mode 0600; 0660 with --node-helper, for
+    /// the helper in the agent's group). A loopback address:port instead serves
     /// FleetLock there (as --listen-fleetlock) and no socket. Empty to turn
     /// it off.
     #[arg(long, env = "MAINTD_LISTEN_LOCAL", default_value = crate::cli::DEFAULT_SOCKET)]
@@ -69,8 +79,8 @@ pub struct AgentArgs {
     /// when it resumes.
     #[arg(long)]
     pub inhibit_sleep: bool,
-    /// Release the lock this long before logind's delay budget runs out (at
-    /// most a quarter of the budget).
+    /// Release the lock this long before logind's delay budget runs out (0
+    /// to 3600 seconds, and at most a quarter of the budget).
     #[arg(long, default_value_t = 5.0)]
     pub shutdown_margin_seconds: f64,
     /// How many nodes of one group may hold a reboot slot (FleetLock, local
@@ -93,7 +103,7 @@ pub struct AgentArgs {
     /// no Eviction) after this many seconds, and evict its pod through the
     /// Eviction API: Kubernetes 1.37 serves the API without the controller
     /// that acts on requests. A request something acts on is followed as
-    /// long as it takes.
+    /// long as it takes. 1 to 86400.
     #[arg(
         long,
         env = "MAINTD_EVICTION_REQUEST_PROGRESS_TIMEOUT",
@@ -103,12 +113,13 @@ pub struct AgentArgs {
     /// Once every pod is gone, wait up to this many seconds for the
     /// volumes the drained pods used to be detached from the node before
     /// it counts as drained (within a shutdown, no longer than its
-    /// deadline); 0 does not wait.
+    /// deadline); 0 does not wait. At most 3600.
     #[arg(long, env = "MAINTD_VOLUME_DETACH_TIMEOUT", default_value_t = 300.0)]
     pub volume_detach_timeout_seconds: f64,
     /// A node that drained for a FleetLock reboot and has not booted again
     /// keeps its slot and stays drained this many seconds after its
     /// pre-reboot; past that, its steady-state is honoured, with a Warning.
+    /// 60 to 604800 (a week).
     #[arg(long, env = "MAINTD_REBOOT_TIMEOUT", default_value_t = 3600.0)]
     pub reboot_timeout_seconds: f64,
     /// The D-Bus address of logind's bus; default: the system bus
@@ -116,13 +127,14 @@ pub struct AgentArgs {
     #[arg(long, env = "MAINTD_LOGIND_BUS")]
     pub logind_bus: Option<String>,
     /// The node helper's socket (`maintd node-helper`, a root container of
-    /// the same pod): it holds logind's lock and moves static pod
+    /// the same pod; the DaemonSet gives /run/maintd-pod/helper.sock): it holds logind's lock and moves static pod
     /// manifests for this agent, which then needs neither root, nor the
     /// system bus, nor the static pod directory. Default: none, the agent
     /// does both itself (the systemd unit, a single process).
     #[arg(long, env = "MAINTD_NODE_HELPER")]
     pub node_helper: Option<PathBuf>,
-    /// Abandon an API call that has had no answer after this many seconds.
+    /// Abandon an API call that has had no answer after this many seconds
+    /// (and retry it).
     #[arg(long, default_value_t = 10.0)]
     pub api_timeout_seconds: f64,
     /// Treat a watch that has had no event and no bookmark for this many
@@ -137,12 +149,13 @@ pub struct AgentArgs {
     pub api_unreachable_seconds: f64,
     /// Post a JSON notification to this URL when a drain starts, is
     /// blocked, is drained, fails and is undone (a Slack incoming webhook
-    /// gets Slack's body). May be given more than once. A receiver that is
-    /// slow or down never delays a drain.
+    /// gets Slack's body). Up to 16 receivers. A receiver that is slow or
+    /// down never delays a drain.
     #[arg(long = "notify-url", env = "MAINTD_NOTIFY_URL")]
     pub notify_urls: Vec<String>,
     /// Notify a blocked drain once a pod has been refused this many
-    /// seconds (a budget pacing a drain for a moment is no news).
+    /// seconds (a budget pacing a drain for a moment is no news). 0 to
+    /// 86400.
     #[arg(long, env = "MAINTD_NOTIFY_BLOCKED_AFTER", default_value_t = 60.0)]
     pub notify_blocked_after_seconds: f64,
     /// An Event on each evicted pod as well, beside the one per owning

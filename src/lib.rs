@@ -24,6 +24,7 @@ pub(crate) mod outbound;
 pub mod plan_cmd;
 pub mod policy;
 pub mod preflight;
+pub mod reference;
 pub mod refusals;
 pub mod report;
 #[cfg(feature = "sim")]

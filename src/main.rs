@@ -118,8 +118,11 @@ enum Command {
     /// Print the drain plan for a node without acting: its stages, their pods,
     /// and what is skipped and why.
     Plan {
+        /// The node whose plan to print.
         #[arg(long, env = "NODE_NAME")]
         node: String,
+        /// Kubeconfig to use; default: KUBECONFIG, ~/.kube/config, or the
+        /// in-cluster service account.
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
         /// Output format.
@@ -140,6 +143,7 @@ enum Command {
     Timeline {
         #[command(flatten)]
         endpoint: EndpointArg,
+        /// Output format: the SVG, or an HTML page holding it.
         #[arg(short = 'o', long, value_enum, default_value_t = Picture::Svg)]
         output: Picture,
         /// Write the picture to this file instead of stdout.
@@ -249,6 +253,13 @@ enum Command {
     },
     /// Print the NodeMaintenance CRD as YAML (what deploy/base/crd.yaml holds).
     Crd,
+    /// Print a reference page of docs/ generated from maintd's own
+    /// definitions (a test keeps docs/ in step; see docs/development.md).
+    #[command(hide = true)]
+    Docs {
+        #[arg(value_enum)]
+        page: maintd::reference::Page,
+    },
 }
 
 /// Where the static pod manifests are, for the commands that move them.
@@ -257,8 +268,13 @@ struct StaticPodArgs {
     /// Default: the kubelet's staticPodPath, as `maintd run` finds it.
     #[arg(long, env = "MAINTD_STATIC_POD_DIR")]
     static_pod_dir: Option<PathBuf>,
+    /// The kubelet's config file, read for its staticPodPath. Default: as
+    /// `maintd run` finds it.
     #[arg(long, env = "MAINTD_KUBELET_CONFIG")]
     kubelet_config: Option<PathBuf>,
+    /// Where maintd keeps the manifests during maintenance. Default:
+    /// `.maintd-stash` inside the static pod directory (an earlier
+    /// release's stash beside it is restored too).
     #[arg(long, env = "MAINTD_STATIC_POD_STASH")]
     static_pod_stash: Option<PathBuf>,
 }
@@ -700,6 +716,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Crd => {
             print!("{}", maintd::api::crd_yaml()?);
+            Ok(())
+        }
+        Command::Docs { page } => {
+            let cli = <Cli as clap::CommandFactory>::command();
+            print!("{}", maintd::reference::render(page, &cli)?);
             Ok(())
         }
         #[cfg(feature = "sim")]
