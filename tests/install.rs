@@ -1,6 +1,6 @@
-//! The README's "Installing on a cluster", followed as written against the
+//! docs/install.md's "Step by step", followed as written against the
 //! simulated cluster: the overlay that sets the image (step 2) and the apply
-//! and checks (step 3) are taken from the README's own code blocks and run
+//! and checks (step 3) are taken from the page's own code blocks and run
 //! with bash and kubectl, up to the DaemonSet's pods running the image the
 //! overlay names, one on every node.
 
@@ -9,15 +9,16 @@ use crate::common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const README: &str = include_str!("../README.md");
+const INSTALL: &str = include_str!("../docs/install.md");
 const IMAGE: &str = "registry.example.com/maintd:0.1.0";
 
-/// The README's ```sh block of the install section that contains `marker`.
+/// docs/install.md's ```sh block of its step-by-step section that
+/// contains `marker`.
 fn install_block(marker: &str) -> String {
-    let start = README
-        .find("## Installing on a cluster")
-        .expect("the README has an install section");
-    let section = &README[start..];
+    let start = INSTALL
+        .find("## Step by step")
+        .expect("docs/install.md has a step-by-step section");
+    let section = &INSTALL[start..];
     let end = section[3..].find("\n## ").map_or(section.len(), |e| e + 3);
     let blocks: Vec<&str> = section[..end].split("```").collect();
     // Odd pieces are inside fences: "sh\n<commands>".
@@ -48,7 +49,7 @@ fn bash(script: &str, dir: &std::path::Path, kubeconfig: &std::path::Path) -> St
     while child.try_wait().unwrap().is_none() {
         if start.elapsed() > Duration::from_secs(120) {
             let _ = child.kill();
-            panic!("this README step did not finish in 120 s:\n{script}");
+            panic!("this install step did not finish in 120 s:\n{script}");
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -56,14 +57,14 @@ fn bash(script: &str, dir: &std::path::Path, kubeconfig: &std::path::Path) -> St
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "README step failed:\n{script}\nstdout:\n{stdout}\nstderr:\n{}",
+        "install step failed:\n{script}\nstdout:\n{stdout}\nstderr:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_install_steps_run_the_overridden_image_on_every_node() {
+async fn the_install_steps_run_the_overridden_image_on_every_node() {
     let sim = common::sim().await;
     let nodes = ["node-a", "node-b", "node-c"];
     for n in nodes {

@@ -33,6 +33,8 @@ mod demo;
 mod deploy;
 #[path = "deploy_apply.rs"]
 mod deploy_apply;
+#[path = "docs.rs"]
+mod docs;
 #[path = "drain.rs"]
 mod drain;
 #[path = "drain_stalls.rs"]

@@ -3,8 +3,8 @@
 //! deploy/'s node helper) and, when its graceful node shutdown is on, the
 //! kubelet's. What each does once logind announces the shutdown, and when
 //! each lock goes, is measured from the API server's audit log, a watch
-//! of the node's pods and logind's own table; README.md ("The kubelet's
-//! graceful node shutdown") gives the figures.
+//! of the node's pods and logind's own table; docs/reboots.md ("The
+//! kubelet's graceful node shutdown") gives the figures.
 
 use std::time::{Duration, Instant};
 
@@ -189,7 +189,7 @@ async fn a_reboot_with_the_kubelets_graceful_shutdown_on_beside_maintd() {
 }
 
 /// The kubelet's graceful node shutdown off (shutdownGracePeriod 0, its
-/// default: no lock), as README.md asks beside maintd. maintd alone
+/// default: no lock), as docs/reboots.md asks beside maintd. maintd alone
 /// drains the node in plan order within logind's budget, through the
 /// Eviction API behind the budgets, stashes the static pods' manifests,
 /// and lets logind go ahead as soon as the node is drained.

@@ -78,7 +78,7 @@ impl Agent {
             }
             ShutdownEvent::CompetingInhibitor { who, why } => {
                 out.message = format!(
-                    "another shutdown delay lock is held by {who:?} ({why}): the kubelet's graceful node shutdown kills pods as soon as the shutdown is announced, beside maintd's drain and past every disruption budget; set the kubelet's shutdownGracePeriod to 0s (see README)"
+                    "another shutdown delay lock is held by {who:?} ({why}): the kubelet's graceful node shutdown kills pods as soon as the shutdown is announced, beside maintd's drain and past every disruption budget; set the kubelet's shutdownGracePeriod to 0s (see docs/reboots.md)"
                 );
                 p.emit(out);
             }

@@ -1,5 +1,5 @@
-//! The policy's flags (`maintd run`), named after what they do; the
-//! README maps kured's flags to them.
+//! The policy's flags (`maintd run`), named after what they do;
+//! docs/policy.md maps kured's flags to them.
 
 use std::time::Duration;
 
