@@ -28,8 +28,9 @@ impl RealNode {
         image
     }
     /// maintd's image built again by scripts/build-image, from the same
-    /// binary (taken out of `archive`) at another time: a new image (its
-    /// config, hence its ID, differs), as a release rebuilt under a new tag.
+    /// binary (the amd64 one, taken out of `archive`) at another time: a
+    /// new image (its config, hence its ID, differs), as a release rebuilt
+    /// under a new tag (amd64 alone: only the binary given).
     pub async fn rebuilt_image(&self, archive: &Path) -> PathBuf {
         let work = self.work.path().join("rebuilt");
         std::fs::create_dir_all(work.join("x")).expect("a directory for the rebuild");
@@ -41,7 +42,9 @@ impl RealNode {
                 "-c",
                 r#"work=$1 archive=$2 out=$3
                 tar -C "$work/x" -xf "$archive"
-                m=$(jq -r '.manifests[0].digest' "$work/x/index.json")
+                i=$(jq -r '.manifests[0].digest' "$work/x/index.json")
+                m=$(jq -r '.manifests[] | select(.platform.architecture == "amd64") | .digest' \
+                  "$work/x/blobs/sha256/${i#sha256:}")
                 l=$(jq -r '.layers[0].digest' "$work/x/blobs/sha256/${m#sha256:}")
                 tar -C "$work" -xzf "$work/x/blobs/sha256/${l#sha256:}" usr/bin/maintd
                 SOURCE_DATE_EPOCH=$(date +%s) scripts/build-image --binary "$work/usr/bin/maintd" \
