@@ -149,7 +149,37 @@ pub fn parse_request(headers: &http::HeaderMap, body: &[u8]) -> Result<ClientPar
             "client_params.group must match ^[a-zA-Z0-9.-]+$",
         ));
     }
+    if params.group.len() > MAX_GROUP_LEN {
+        return Err(Reply::new(
+            400,
+            kind::BAD_REQUEST,
+            format!(
+                "client_params.group is {} characters long; at most {MAX_GROUP_LEN} are allowed: it labels the group's reboot slot Leases",
+                params.group.len()
+            ),
+        ));
+    }
+    if !names_leases(&params.group) {
+        return Err(Reply::new(
+            400,
+            kind::BAD_REQUEST,
+            "client_params.group must start and end with a letter or digit, with no dot next to another dot or a dash: it names the group's reboot slot Leases",
+        ));
+    }
     Ok(params)
+}
+
+/// The longest reboot group: it is a label value on its slots' Leases.
+pub const MAX_GROUP_LEN: usize = 63;
+
+/// Whether `group` (of `[a-zA-Z0-9.-]`) makes Lease names and label values
+/// Kubernetes accepts: each dot-separated part of a name starts and ends
+/// with a letter or digit, and so does a label value.
+fn names_leases(group: &str) -> bool {
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    alnum(group.chars().next())
+        && alnum(group.chars().last())
+        && !["..", ".-", "-."].iter().any(|p| group.contains(p))
 }
 
 /// Where the node's drain stands after asking for one.
@@ -471,6 +501,47 @@ mod tests {
             let reply = parse_request(&headers(header), body).unwrap_err();
             assert_eq!((reply.status, reply.kind.as_str()), (400, want), "case {i}");
             assert!(!reply.value.is_empty(), "case {i}: the value explains");
+        }
+    }
+
+    #[test]
+    fn a_group_that_cannot_name_its_slot_leases_is_refused() {
+        let body = |group: &str| {
+            serde_json::json!({"client_params": {"id": "a", "group": group}}).to_string()
+        };
+        for group in [
+            "a..b",
+            ".a",
+            "a.",
+            "-a",
+            "a-",
+            "a.-b",
+            "a-.b",
+            &"g".repeat(MAX_GROUP_LEN + 1),
+        ] {
+            let reply =
+                parse_request(&headers(Some("true")), body(group).as_bytes()).expect_err(group);
+            assert_eq!(reply.kind, kind::BAD_REQUEST, "{group}");
+            assert!(
+                reply.value.contains("client_params.group"),
+                "{}",
+                reply.value
+            );
+        }
+        for group in ["default", "Workers.eu-1", "a", &"g".repeat(MAX_GROUP_LEN)] {
+            let params = parse_request(&headers(Some("true")), body(group).as_bytes()).unwrap();
+            let name = crate::coordination::slot_name(&params.group, 12);
+            assert!(
+                name.split('.').all(|part| {
+                    part.starts_with(|c: char| c.is_ascii_alphanumeric())
+                        && part.ends_with(|c: char| c.is_ascii_alphanumeric())
+                }),
+                "{name}"
+            );
+            assert_eq!(
+                crate::coordination::lease::label_value(&params.group),
+                params.group
+            );
         }
     }
 

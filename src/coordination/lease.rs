@@ -175,13 +175,17 @@ fn held_spec(
     }
 }
 
-/// A label value is at most 63 characters of `[A-Za-z0-9._-]`.
+/// A label value is at most 63 characters of `[A-Za-z0-9._-]`, starting
+/// and ending with a letter or digit (a node name cut at 63 may end with a
+/// dot or a dash, which Kubernetes refuses).
 pub fn label_value(group: &str) -> String {
-    group
+    let kept: String = group
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
         .take(63)
-        .collect()
+        .collect();
+    kept.trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
 }
 
 #[cfg(test)]
@@ -286,6 +290,22 @@ mod tests {
             "2026-01-01T00:00:20.000000Z",
             "MicroTime is written with six fractional digits, as the apiserver expects"
         );
+    }
+
+    #[test]
+    fn label_values_are_ones_kubernetes_accepts() {
+        // 64 characters: cut at 63, it would end with a dash.
+        let long_node = format!("ip-10-0-0-1.eu-west-1.compute.{}-x", "a".repeat(32));
+        let cut = format!("ip-10-0-0-1.eu-west-1.compute.{}", "a".repeat(32));
+        for (text, want) in [
+            ("default", "default"),
+            ("-aipod-reboot-default-0", "aipod-reboot-default-0"),
+            ("a b/c", "abc"),
+            ("..", ""),
+            (long_node.as_str(), cut.as_str()),
+        ] {
+            assert_eq!(label_value(text), want, "{text}");
+        }
     }
 
     #[test]

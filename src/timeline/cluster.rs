@@ -298,6 +298,45 @@ mod tests {
         assert_eq!(chart.rows[0].blocked[0].to_ms, 3_000);
     }
 
+    /// Events that follow a drain's end (a stage said started again, years
+    /// later) are not drawn with it: every bar ends after it starts. Found
+    /// by the `timeline` fuzz target.
+    #[test]
+    fn what_follows_the_end_of_a_drain_is_not_drawn_with_it() {
+        let items = vec![
+            ev("2026-01-01T00:00:00Z", "DrainStarted", "draining"),
+            ev(
+                "2026-01-01T00:00:01Z",
+                "DrainStageStarted",
+                "stage 1: Default ≤ 0 (3 pods)",
+            ),
+            ev(
+                "2026-01-01T00:00:05Z",
+                "DrainStageStarted",
+                "stage 2: DaemonSet ≤ 0 (1 pods)",
+            ),
+            ev("2026-01-01T00:00:09Z", "Drained", "drained in 9 s"),
+            ev(
+                "2036-01-01T00:00:05Z",
+                "DrainStageStarted",
+                "stage 2: DaemonSet ≤ 0 (1 pods)",
+            ),
+        ];
+        let events = drain_events("node-a", &items);
+        let chart = crate::timeline::build(
+            "node-a",
+            &events,
+            0,
+            None,
+            super::super::model::Rows::Stages,
+        )
+        .expect("a drain");
+        let bars: Vec<(u64, Option<u64>)> =
+            chart.rows.iter().map(|r| (r.from_ms, r.to_ms)).collect();
+        assert_eq!(bars, vec![(1_000, Some(5_000)), (5_000, Some(9_000))]);
+        assert_eq!(chart.end_ms, 9_000);
+    }
+
     #[test]
     fn no_events_no_drain() {
         assert!(drain_events("node-a", &[]).is_empty());

@@ -140,6 +140,11 @@ pub fn build(
     let mut outcome = Outcome::Running;
     let mut end_ms = 0;
     for ev in &events[start..] {
+        // What comes after the drain's end is not this drain's (the
+        // cluster's Events of a node hold whatever anyone wrote).
+        if outcome != Outcome::Running {
+            break;
+        }
         let t = ev.t_ms.saturating_sub(t0);
         end_ms = end_ms.max(t);
         outcome = match ev.event {
@@ -153,7 +158,9 @@ pub fn build(
         stage.pod_type = stage.pod_type.or(ev.pod_type);
         match ev.event {
             EventKind::StageStarted => {
+                // Started again: running again, from now.
                 stage.from = Some(t);
+                stage.to = None;
                 stage.label = without_count(&ev.message).to_string();
             }
             EventKind::StageCompleted | EventKind::StageTimedOut => stage.to = Some(t),
@@ -236,6 +243,9 @@ fn pod_rows(
                 .filter(|_| pod.pod_type == Some(PodType::Static))
                 .or(pod.from)
                 .unwrap_or(0);
+            // A bar never ends before it starts (a stage started again
+            // after its pod was gone).
+            let from = pod.gone.map_or(from, |gone| from.min(gone));
             if let Some(s) = stage {
                 pod.marks.extend(s.marks.iter().cloned());
             }

@@ -259,7 +259,12 @@ impl Reader {
                 self.warn(&path, item, "an object", "ignoring this owner");
                 continue;
             };
-            let Some(kind) = self.string(Some(obj), "kind", &format!("{path}.kind")) else {
+            // An empty kind (what a typed pod writes for a missing one) is
+            // no kind either: both readings of a pod must agree.
+            let Some(kind) = self
+                .string(Some(obj), "kind", &format!("{path}.kind"))
+                .filter(|k| !k.is_empty())
+            else {
                 self.warnings
                     .push(format!("{path}: has no kind; ignoring this owner"));
                 continue;

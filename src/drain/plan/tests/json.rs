@@ -314,3 +314,19 @@ fn malformed_pod_is_reported_and_the_rest_still_drains() {
     assert!(matches!(&notes[1], PodNote::MalformedField(w) if w.contains("ownerReferences")));
     assert!(matches!(&notes[2], PodNote::MalformedField(w) if w.contains("spec.priority")));
 }
+
+/// An owner reference without a kind reads the same through the typed Pod
+/// (which writes the missing kind as "") as through its JSON: ignored, with
+/// a warning. Found by the `pod` fuzz target.
+#[test]
+fn an_owner_without_a_kind_reads_alike_both_ways() {
+    let raw = pod_json(json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1"}]}}));
+    let typed: Pod = serde_json::from_value(raw.clone()).unwrap();
+    let from_json = PodInfo::from_json(&raw);
+    assert_eq!(PodInfo::from_pod(&typed), from_json);
+    assert_eq!(from_json.owner, None);
+    assert_eq!(
+        from_json.warnings,
+        vec!["metadata.ownerReferences[0]: has no kind; ignoring this owner".to_string()]
+    );
+}
