@@ -3,7 +3,7 @@
 //! read-only one, the local unix socket, FleetLock's), from root, from
 //! another user, or from a caller the kernel did not name. Input: one byte
 //! choosing the listener and the caller, then what the client sends.
-//! Checks: every answer is HTTP/1.1 with a status, and every error the
+//! Checks: every answer is HTTP (1.1, or 1.0 to 1.0) with a status, and every error the
 //! agent gives is JSON saying why in words; a drain is recorded only when
 //! asked on the unix socket by root (nobody else may ask for one); the
 //! body read is bounded.
@@ -102,7 +102,7 @@ fuzz_target!(|data: &[u8]| {
     // first status line is read then.
     if sent.windows(4).any(|w| w == b"HEAD") {
         if !out.is_empty() {
-            assert!(out.starts_with(b"HTTP/1.1 "));
+            assert!(out.starts_with(b"HTTP/1."));
         }
     } else {
         check_answers(&out);

@@ -23,10 +23,13 @@ fn one_bounded_line(what: &str, text: &str) {
     );
 }
 
+static FILTER: std::sync::LazyLock<regex::Regex> =
+    std::sync::LazyLock::new(|| regex::Regex::new("^Watchdog$|Info").unwrap());
+
 fuzz_target!(|data: &[u8]| {
-    let filter = regex::Regex::new("^Watchdog$|Info").unwrap();
+    let filter = &*FILTER;
     let flag = data.first().copied().unwrap_or(0);
-    let filter = (flag & 1 == 1).then_some(&filter);
+    let filter = (flag & 1 == 1).then_some(filter);
     match fuzzing::prometheus_alerts(URL, data, filter, flag & 2 == 2, flag & 4 == 4) {
         Ok(Some(reason)) => one_bounded_line("an alert verdict", &reason),
         Ok(None) => {}
