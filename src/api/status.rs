@@ -145,6 +145,9 @@ pub fn status_apply_body(
 /// [`super::validate`] or [`super::parse`]), keeping the transition time
 /// of the condition the object already has when nothing changed. Works on
 /// the raw object, so an object that does not even decode still gets it.
+/// The longest message a Kubernetes Condition (metav1.Condition) holds.
+pub const CONDITION_MESSAGE_MAX: usize = 32768;
+
 pub fn valid_condition(obj: &Value, verdict: &Result<(), Vec<String>>, now: &str) -> Value {
     let (status, reason, message) = match verdict {
         Ok(()) => (
@@ -152,7 +155,13 @@ pub fn valid_condition(obj: &Value, verdict: &Result<(), Vec<String>>, now: &str
             "Accepted",
             "the maintd agents act on this object".to_string(),
         ),
-        Err(problems) => ("False", "Invalid", problems.join("; ")),
+        // A problem may quote the object (a stage, a decoder's words), which
+        // can be long: the message keeps to what a Condition holds.
+        Err(problems) => (
+            "False",
+            "Invalid",
+            crate::outbound::shorten(&problems.join("; "), CONDITION_MESSAGE_MAX),
+        ),
     };
     let current = obj["status"]["conditions"]
         .as_array()
@@ -193,6 +202,24 @@ mod tests {
             last_error: (phase == "Failed").then(|| "pods left".to_string()),
             ..Default::default()
         }
+    }
+
+    /// An invalid object whose problems quote a long value still gets a
+    /// Valid condition Kubernetes takes. Found by the `nodemaintenance`
+    /// fuzz target.
+    #[test]
+    fn a_long_problem_fits_the_condition() {
+        let obj = json!({"metadata": {"name": "m"}, "spec": {"nodeName": "n", "stage": "x".repeat(40_000)}});
+        let verdict = crate::api::parse(&obj).and_then(|nm| crate::api::validate(&nm));
+        let condition = valid_condition(&obj, &verdict, "2026-01-01T00:00:00Z");
+        let message = condition["message"].as_str().unwrap();
+        assert_eq!(condition["status"], "False");
+        assert!(
+            message.starts_with("spec.stage \"xxx"),
+            "{}",
+            &message[..40]
+        );
+        assert_eq!(message.chars().count(), CONDITION_MESSAGE_MAX);
     }
 
     #[test]

@@ -11,6 +11,9 @@ use serde_json::Value;
 const NAMES_SHOWN: usize = 5;
 /// Longest query or series text a reason quotes: it is one line in a status.
 const QUOTE_MAX: usize = 160;
+/// Longest of Prometheus' own words (an error, an alert's name or state) a
+/// reason repeats.
+const SAID_MAX: usize = 300;
 
 /// The state of one alert instance, as `/api/v1/alerts` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,15 +68,24 @@ pub(crate) enum AnswerError {
 /// The reason an unusable answer holds drains. `asked` is what was asked:
 /// "GET /api/v1/alerts", or the query quoted.
 pub(crate) fn unusable_reason(url: &str, asked: &str, e: &AnswerError) -> String {
+    // Prometheus' words (or a decoder's, quoting the answer) go into the
+    // status and an Event: each is cut to a readable length.
+    let said = |text: &str| shorten(text, SAID_MAX);
     match e {
         AnswerError::NotPrometheus(why) => format!(
-            "Prometheus at {url} answered {asked} with something that is not Prometheus' JSON ({why}): is the URL the Prometheus server's own (the one its web UI is at)?"
+            "Prometheus at {url} answered {asked} with something that is not Prometheus' JSON ({}): is the URL the Prometheus server's own (the one its web UI is at)?",
+            said(why)
         ),
         AnswerError::Rejected { error_type, error } => {
-            format!("Prometheus at {url} answered {asked} with an error: {error_type}: {error}")
+            format!(
+                "Prometheus at {url} answered {asked} with an error: {}: {}",
+                said(error_type),
+                said(error)
+            )
         }
         AnswerError::NotSeries(kind) => format!(
-            "{asked} returns a {kind}, not series, so it cannot tell drains to wait or go: write a query that returns series only while drains must wait, e.g. `up{{job=\"etcd\"}} == 0`"
+            "{asked} returns a {}, not series, so it cannot tell drains to wait or go: write a query that returns series only while drains must wait, e.g. `up{{job=\"etcd\"}} == 0`",
+            said(kind)
         ),
     }
 }
@@ -202,7 +214,7 @@ pub(crate) fn blocking(
             AlertState::Pending if firing_only => continue,
             AlertState::Firing => "firing".to_string(),
             AlertState::Pending => "pending".to_string(),
-            AlertState::Other(s) => one_line(s),
+            AlertState::Other(s) => shorten(s, QUOTE_MAX),
         };
         if let Some(filter) = filter
             && filter.is_match(&alert.name) != match_only
@@ -239,8 +251,12 @@ pub(crate) fn alerts_reason(url: &str, alerts: &[BlockingAlert]) -> Option<Strin
         .iter()
         .take(NAMES_SHOWN)
         .map(|a| match a.instances {
-            1 => format!("{} ({})", one_line(&a.name), a.state),
-            n => format!("{} ({}, {n} instances)", one_line(&a.name), a.state),
+            1 => format!("{} ({})", shorten(&a.name, QUOTE_MAX), a.state),
+            n => format!(
+                "{} ({}, {n} instances)",
+                shorten(&a.name, QUOTE_MAX),
+                a.state
+            ),
         })
         .collect();
     let more = match alerts.len().saturating_sub(NAMES_SHOWN) {

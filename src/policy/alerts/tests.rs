@@ -267,6 +267,41 @@ fn alert_reasons_name_the_alerts_and_count_the_rest() {
     );
 }
 
+/// Names and messages in an answer are Prometheus' (or whoever answers at
+/// the URL): a reason repeats them cut short, so it stays a line a status
+/// and an Event can carry. Found by the `prometheus` fuzz target.
+#[test]
+fn reasons_stay_short_whatever_the_answer_says() {
+    let url = "http://prometheus:9090";
+    let long = "x".repeat(5000);
+    let error = format!(r#"{{"status":"error","errorType":"execution","error":"{long}"}}"#);
+    let rejected = parse_alerts(error.as_bytes()).unwrap_err();
+    let not_json = format!(r#"{{"status":"success","data":{{"alerts":"{long}"}}}}"#);
+    let garbled = parse_alerts(not_json.as_bytes()).unwrap_err();
+    let named = alerts_reason(
+        url,
+        &blocking(
+            &[alert(&long, "firing"), alert("B", &long)],
+            None,
+            false,
+            false,
+        ),
+    )
+    .unwrap();
+    for reason in [
+        unusable_reason(url, "GET /api/v1/alerts", &rejected),
+        unusable_reason(url, "GET /api/v1/alerts", &garbled),
+        named,
+    ] {
+        assert!(
+            reason.chars().count() < 1000,
+            "{} characters",
+            reason.chars().count()
+        );
+        assert!(reason.contains('…'), "cut, and says so: {reason}");
+    }
+}
+
 #[test]
 fn query_reasons_quote_the_query_on_one_line() {
     let url = "http://p:9090";
