@@ -27,9 +27,10 @@ fn answers(out: &[u8]) -> Vec<(u16, String, Vec<u8>)> {
         let head = String::from_utf8_lossy(&rest[..end]).into_owned();
         let mut lines = head.split("\r\n");
         let status_line = lines.next().unwrap_or_default();
+        // HTTP/1.0 is answered in kind.
         assert!(
-            status_line.starts_with("HTTP/1.1 "),
-            "not HTTP/1.1: {status_line:?}"
+            status_line.starts_with("HTTP/1.1 ") || status_line.starts_with("HTTP/1.0 "),
+            "not HTTP: {status_line:?}"
         );
         let code: u16 = status_line[9..12].parse().expect("a status code");
         let mut length = 0usize;
