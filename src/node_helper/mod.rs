@@ -121,6 +121,10 @@ pub(crate) fn decode_reply<T: serde::de::DeserializeOwned>(
 ) -> Result<Result<T, String>, String> {
     match serde_json::from_str::<Reply>(line).map_err(|e| e.to_string())? {
         Reply::Ok(v) => serde_json::from_value(v).map(Ok).map_err(|e| e.to_string()),
+        // A failure is said in words even when the helper sent none.
+        Reply::Error(e) if e.trim().is_empty() => Ok(Err(
+            "the node helper failed without saying why; see its log".to_string(),
+        )),
         Reply::Error(e) => Ok(Err(e)),
     }
 }

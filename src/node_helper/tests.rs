@@ -131,3 +131,18 @@ async fn an_agent_without_a_helper_is_told_where_it_looked() {
     assert!(matches!(err, HelperError::Unreachable { .. }), "{err}");
     assert!(err.to_string().contains("nothing.sock"), "{err}");
 }
+
+/// A reply that says the helper failed, without a word of why, still gives
+/// the agent an error in words. Found by the `node_helper` fuzz target.
+#[test]
+fn a_failure_without_words_is_said_in_words() {
+    let said = decode_reply::<Vec<String>>("{\"error\":\"\"}\n")
+        .unwrap()
+        .unwrap_err();
+    assert!(said.contains("failed without saying why"), "{said}");
+    assert_eq!(
+        decode_reply::<Vec<String>>("{\"error\":\"no room\"}\n").unwrap(),
+        Err("no room".to_string())
+    );
+    assert!(decode_reply::<Vec<String>>("{\"ok\": 7}\n").is_err());
+}
