@@ -17,6 +17,10 @@ use serde_json::Value;
 /// A JSON merge patch of the Node's annotations (what `done_patch` is).
 fn merged(node: &Value, patch: &Value) -> Value {
     let mut out = node.clone();
+    // A merge patch makes objects of what it goes through (RFC 7386).
+    if !out["metadata"].is_object() {
+        out["metadata"] = serde_json::json!({});
+    }
     if !out["metadata"]["annotations"].is_object() {
         out["metadata"]["annotations"] = serde_json::json!({});
     }
