@@ -16,6 +16,8 @@ mod logind_support;
 mod prometheus;
 #[path = "real_kubelet/mod.rs"]
 mod real_kubelet;
+#[path = "real_soak/mod.rs"]
+mod real_soak;
 
 #[path = "alerts.rs"]
 mod alerts;
@@ -93,6 +95,8 @@ mod prometheus_rules;
 mod real_drain;
 #[path = "real_eviction_requests.rs"]
 mod real_eviction_requests;
+#[path = "real_fault_soak.rs"]
+mod real_fault_soak;
 #[path = "real_helm.rs"]
 mod real_helm;
 #[path = "real_kubectl_style.rs"]

@@ -6,17 +6,13 @@
 
 use crate::common;
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-
+use common::mirror_pods::MirrorPods;
 use common::real::{PATIENCE, Real};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::Api;
 use maintd::config::Config;
 use maintd::drain::progress::Phase;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 /// A medik8s NodeMaintenance naming the node drains it (the agent started
 /// with `--medik8s`): its status reads as medik8s writes it, the node is
@@ -108,123 +104,6 @@ async fn a_medik8s_object_drains_the_node_and_holds_medik8s_lease() {
     real.kubectl(&["delete", "namespace", ns, "--wait=false"]);
 }
 
-/// The kubelet's part for static pods, played for a KWOK node: for every
-/// manifest in `dir` a mirror pod exists (created with the node's own
-/// credentials, so NodeRestriction and the mirror-pod admission rules
-/// apply as to a kubelet); for every manifest gone, its mirror pod is
-/// deleted. Runs until `stop`.
-struct MirrorPods {
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl MirrorPods {
-    fn start(client: kube::Client, node: &str, dir: &Path) -> MirrorPods {
-        let stop = CancellationToken::new();
-        let (s, node, dir) = (stop.clone(), node.to_string(), dir.to_path_buf());
-        let task = tokio::spawn(async move {
-            loop {
-                sync_mirrors(&client, &node, &dir).await;
-                tokio::select! {
-                    _ = s.cancelled() => return,
-                    _ = tokio::time::sleep(std::time::Duration::from_millis(300)) => {}
-                }
-            }
-        });
-        MirrorPods { stop, task }
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        let _ = self.task.await;
-    }
-}
-
-async fn sync_mirrors(client: &kube::Client, node: &str, dir: &Path) {
-    let mut wanted: BTreeSet<(String, String)> = BTreeSet::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path: PathBuf = entry.path();
-        if path.extension().is_none_or(|e| e != "yaml") {
-            continue;
-        }
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        let Ok(mut pod) = serde_saphyr::from_str::<Value>(&text) else {
-            continue;
-        };
-        let ns = pod["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or("default")
-            .to_string();
-        // The kubelet names a static pod after its node, and marks its
-        // mirror with the manifest's hash and its node as owner.
-        let name = format!(
-            "{}-{node}",
-            pod["metadata"]["name"].as_str().unwrap_or("static")
-        );
-        wanted.insert((ns.clone(), name.clone()));
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        if pods.get_opt(&name).await.ok().flatten().is_some() {
-            continue;
-        }
-        pod["metadata"]["name"] = json!(name);
-        pod["metadata"]["annotations"]["kubernetes.io/config.mirror"] = json!("hash-1");
-        pod["metadata"]["annotations"]["kubernetes.io/config.source"] = json!("file");
-        pod["metadata"]["ownerReferences"] = json!([{
-            "apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid(client, node).await,
-            "controller": true,
-        }]);
-        pod["spec"]["nodeName"] = json!(node);
-        if let Ok(p) = serde_json::from_value::<Pod>(pod) {
-            let _ = pods.create(&PostParams::default(), &p).await;
-        }
-    }
-    let all: Api<Pod> = Api::all(client.clone());
-    let on_node = all
-        .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={node}")))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default();
-    for p in on_node {
-        let mirror = p
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
-        let key = (
-            p.metadata.namespace.clone().unwrap_or_default(),
-            p.metadata.name.clone().unwrap_or_default(),
-        );
-        if mirror && !wanted.contains(&key) {
-            let pods: Api<Pod> = Api::namespaced(client.clone(), &key.0);
-            let _ = pods.delete(&key.1, &DeleteParams::default()).await;
-        }
-    }
-}
-
-async fn node_uid(client: &kube::Client, node: &str) -> String {
-    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
-        .get(node)
-        .await
-        .ok()
-        .and_then(|n| n.metadata.uid)
-        .unwrap_or_default()
-}
-
-/// A client with the node's own identity (`system:node:<name>`, group
-/// `system:nodes`), as its kubelet has: impersonated by the admin, so
-/// the Node authorizer and NodeRestriction judge what it does.
-async fn node_client(real: &Real, node: &str) -> kube::Client {
-    let kc = kube::config::Kubeconfig::read_from(real.admin_kubeconfig()).unwrap();
-    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    config.auth_info.impersonate = Some(format!("system:node:{node}"));
-    config.auth_info.impersonate_groups = Some(vec!["system:nodes".into()]);
-    kube::Client::try_from(config).unwrap()
-}
-
 /// Two static pods beside an ordinary one: drained last, by moving their
 /// manifests out of the kubelet's directory (the mirror pods go as the
 /// kubelet sees them go); the maintenance over, the manifests are back and
@@ -249,7 +128,7 @@ async fn static_pods_leave_last_and_come_back_on_a_real_control_plane() {
         .unwrap();
     }
     let before = common::dir_files(dir.path());
-    let mirrors = MirrorPods::start(node_client(&real, &node).await, &node, dir.path());
+    let mirrors = MirrorPods::start(real.node_client(&node).await, &node, dir.path());
     let c = admin.clone();
     let n = node.clone();
     common::eventually_within("two mirror pods beside the app", PATIENCE, || {

@@ -4,8 +4,10 @@
 
 pub mod agent;
 pub mod endpoint;
+pub mod fault_proxy;
 pub mod kubectl;
 pub mod logind_agent;
+pub mod mirror_pods;
 pub mod real;
 pub mod slow_proxy;
 

@@ -61,6 +61,60 @@ impl Real {
         }
     }
 
+    /// A control plane of the caller's own, not the one the tests share
+    /// (which a test must not break): started by this process in `dir`
+    /// (stopped when the process ends, however it ends), its API server's
+    /// audit policy `audit_policy` when given, deploy/ installed.
+    pub fn own(dir: &Path, audit_policy: Option<&Path>) -> Result<Real, String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let mut up = Command::new(root().join("scripts/control-plane"));
+        up.arg("up")
+            .arg(dir)
+            .arg("--owner")
+            .arg(std::process::id().to_string());
+        if let Some(policy) = audit_policy {
+            up.env("CONTROL_PLANE_AUDIT_POLICY", policy);
+        }
+        let out = up
+            .output()
+            .map_err(|e| format!("running scripts/control-plane: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "scripts/control-plane up failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        install_deploy(dir)?;
+        Ok(Real {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Ends `component` of this control plane (etcd, kube-apiserver, ...)
+    /// with SIGKILL, or starts it again with the command line it had
+    /// (scripts/control-plane kill|start).
+    pub fn component(&self, verb: &str, component: &str) -> Result<(), String> {
+        let out = Command::new(root().join("scripts/control-plane"))
+            .args([verb, &self.dir.to_string_lossy(), component])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| format!("running scripts/control-plane: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "scripts/control-plane {verb} {component}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    /// Whether every process of the control plane runs; the ones that
+    /// exited are named, with the end of their logs.
+    pub fn alive(&self) -> Result<(), String> {
+        alive(&self.dir)
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -96,6 +150,20 @@ impl Real {
     /// token bound to the Node, as the kubelet projects into the agent's
     /// pod. The Node must exist.
     pub fn agent_kubeconfig(&self, node: &str) -> tempfile::NamedTempFile {
+        self.agent_kubeconfig_to(node, &self.server())
+    }
+
+    /// The API server's URL.
+    pub fn server(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server"))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    }
+
+    /// [`Real::agent_kubeconfig`] for an agent that reaches the API server
+    /// at `server` (a proxy in between): the same certificate is checked.
+    pub fn agent_kubeconfig_to(&self, node: &str, server: &str) -> tempfile::NamedTempFile {
         let token = self.kubectl_ok(&[
             "create",
             "token",
@@ -109,19 +177,28 @@ impl Real {
             "--duration",
             "2h",
         ]);
-        let server = std::fs::read_to_string(self.dir.join("server")).unwrap_or_default();
         let ca = self.dir.join("pki/ca.crt");
         let config = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {}\n    certificate-authority: {}\n\
              contexts:\n- name: agent\n  context:\n    cluster: e2e\n    user: agent\n\
              current-context: agent\nusers:\n- name: agent\n  user:\n    token: {}\n",
-            server.trim(),
+            server,
             ca.display(),
             token.trim()
         );
         let file = tempfile::NamedTempFile::new().expect("a temporary file");
         std::fs::write(file.path(), config).expect("the agent's kubeconfig is written");
         file
+    }
+
+    /// A client with the node's own identity (`system:node:<name>`, group
+    /// `system:nodes`), as its kubelet has: impersonated by the admin, so
+    /// the Node authorizer and NodeRestriction judge what it does.
+    pub async fn node_client(&self, node: &str) -> kube::Client {
+        let mut config = config_from(&self.admin_kubeconfig()).await;
+        config.auth_info.impersonate = Some(format!("system:node:{node}"));
+        config.auth_info.impersonate_groups = Some(vec!["system:nodes".into()]);
+        kube::Client::try_from(config).expect("a client for the node")
     }
 
     /// The client `node`'s agent runs with: its own token, kube's retry
