@@ -1,6 +1,8 @@
 //! Records the git revision the binary is built from, for `maintd --version`
 //! and the image labels: `MAINTD_GIT_REVISION` at build time wins (a
-//! container build has no .git), else `git rev-parse`, else "unknown".
+//! container build has no .git), else `git rev-parse`, else "unknown". And
+//! places an idle agent's functions together when asked (see
+//! `idle_functions_first`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,6 +30,28 @@ fn main() {
         }
     };
     println!("cargo:rustc-env=MAINTD_GIT_REVISION={revision}");
+    idle_functions_first();
+}
+
+/// With `MAINTD_IDLE_FUNCTIONS` (a file of function names, one a line:
+/// scripts/idle-functions.txt, which scripts/build-image gives), the
+/// linker places those functions first, together: an idle agent then runs
+/// code from a few pages instead of pages all over its binary (see
+/// src/memory.rs). Needs lld, the linker Rust uses on x86_64 Linux; names
+/// it does not find are passed over.
+fn idle_functions_first() {
+    println!("cargo:rerun-if-env-changed=MAINTD_IDLE_FUNCTIONS");
+    let Some(file) = std::env::var_os("MAINTD_IDLE_FUNCTIONS").filter(|f| !f.is_empty()) else {
+        return;
+    };
+    let file = PathBuf::from(file);
+    let file = std::fs::canonicalize(&file).unwrap_or(file);
+    println!("cargo:rerun-if-changed={}", file.display());
+    println!(
+        "cargo:rustc-link-arg-bin=maintd=-Wl,--symbol-ordering-file={}",
+        file.display()
+    );
+    println!("cargo:rustc-link-arg-bin=maintd=-Wl,--no-warn-symbol-ordering");
 }
 
 /// Rebuilds when HEAD moves: a commit, a checkout, a fetch that packs refs.

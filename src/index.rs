@@ -526,7 +526,7 @@ impl Index {
                                 rv = new_rv;
                             }
                             if let WatchEvent::Added(o) | WatchEvent::Modified(o) = &mut ev {
-                                (target.trim)(o);
+                                keep(&target, o);
                             }
                             self.apply(ev);
                         }
@@ -550,6 +550,11 @@ impl Index {
     }
 }
 
+/// What the index keeps of `o`.
+fn keep(target: &WatchTarget, o: &mut Value) {
+    (target.trim)(o);
+}
+
 /// Lists every object, page by page, each trimmed as its page arrives.
 async fn list_all(
     client: &kube::Client,
@@ -570,7 +575,7 @@ async fn list_all(
         }
         let page: ObjectList<Value> = client.request(http_req).await?;
         items.extend(page.items.into_iter().map(|mut o| {
-            (target.trim)(&mut o);
+            keep(target, &mut o);
             o
         }));
         match page.metadata.continue_ {
@@ -591,6 +596,23 @@ async fn list_all(
 pub fn strip_managed_fields(o: &mut Value) {
     if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("managedFields");
+    }
+}
+
+/// What the agent keeps of a pod: all it reads. Of its spec, all but the
+/// containers (images, commands, environment, probes, mounts: most of a
+/// pod's bytes, and nothing the drain reads); of its status, the phase
+/// alone (conditions, addresses and container statuses change often and
+/// are read by nobody here).
+pub fn trim_pod(o: &mut Value) {
+    strip_managed_fields(o);
+    if let Some(spec) = o.get_mut("spec").and_then(Value::as_object_mut) {
+        for k in ["containers", "initContainers", "ephemeralContainers"] {
+            spec.remove(k);
+        }
+    }
+    if let Some(status) = o.get_mut("status").and_then(Value::as_object_mut) {
+        status.retain(|k, _| k == "phase");
     }
 }
 
@@ -731,5 +753,42 @@ mod tests {
             index.by_name("node-a").unwrap()["metadata"]["resourceVersion"],
             "9"
         );
+    }
+
+    /// A pod as a kubelet reports it: trimmed, it is a fraction of its
+    /// size and reads the same to the drain (its plan entry, its volumes,
+    /// whether it is ready).
+    #[test]
+    fn a_trimmed_pod_reads_the_same_to_the_drain() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-1", "namespace": "shop", "uid": "u1",
+                "labels": {"app": "web"}, "annotations": {"maintd.io/drain": "skip"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d", "uid": "r1", "controller": true}],
+                "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]},
+            "spec": {"nodeName": "node-a", "priority": 1000, "priorityClassName": "high",
+                "terminationGracePeriodSeconds": 45,
+                "tolerations": [{"key": "maintd.io/draining", "operator": "Exists"}],
+                "volumes": [{"name": "scratch", "emptyDir": {}},
+                            {"name": "data", "persistentVolumeClaim": {"claimName": "data-web-1"}}],
+                "initContainers": [{"name": "init", "image": "registry.example/init:1"}],
+                "containers": [{"name": "web", "image": "registry.example/web:1",
+                    "env": [{"name": "A", "value": "x".repeat(2000)}],
+                    "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}}}]},
+            "status": {"phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "containerStatuses": [{"name": "web", "ready": true, "image": "registry.example/web:1",
+                    "state": {"running": {"startedAt": "2026-11-28T10:00:00Z"}}}]},
+        });
+        let mut trimmed = pod.clone();
+        trim_pod(&mut trimmed);
+        assert!(trimmed.to_string().len() * 3 < pod.to_string().len());
+        let (a, b) = (
+            crate::drain::plan::PodInfo::from_json(&pod),
+            crate::drain::plan::PodInfo::from_json(&trimmed),
+        );
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        assert_eq!(trimmed["spec"]["volumes"], pod["spec"]["volumes"]);
+        assert_eq!(trimmed["status"], json!({"phase": "Running"}));
     }
 }

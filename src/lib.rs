@@ -18,6 +18,7 @@ pub mod http;
 pub mod index;
 pub mod inhibitor;
 pub mod logind;
+pub mod memory;
 pub mod metrics;
 pub mod node_helper;
 pub(crate) mod outbound;

@@ -439,6 +439,7 @@ const WORKER_THREADS: usize = 2;
 /// Every error that ends `maintd` reads as one line, `error: what failed:
 /// why`, and exits 1.
 fn main() {
+    maintd::memory::limit_arenas();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(WORKER_THREADS)
@@ -483,6 +484,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             let stop = CancellationToken::new();
             let agent = Agent::new(config, client);
+            let (pods, node) = (agent.drainer.pods.clone(), agent.node.clone());
+            let synced = async move {
+                pods.wait_until(maintd::index::Index::synced).await;
+                node.wait_until(maintd::index::Index::synced).await;
+            };
+            tokio::spawn(maintd::memory::keep_low(
+                agent.progress().clone(),
+                synced,
+                stop.clone(),
+            ));
             let task = tokio::spawn(agent.run(stop.clone()));
             shutdown_signal().await;
             tracing::info!("stopping; a drain in progress resumes when the agent starts again");

@@ -224,7 +224,8 @@ impl Agent {
                     "/api/v1/pods",
                     Some(format!("spec.nodeName={node}")),
                     guard.clone(),
-                ),
+                )
+                .trimmed_with(crate::index::trim_pod),
             ),
             (
                 self.node.clone(),

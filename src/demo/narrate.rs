@@ -57,7 +57,7 @@ impl Narrator {
     /// Prints events until `until` (included), or until the agent is gone.
     pub async fn follow(
         &mut self,
-        events: &mut broadcast::Receiver<DrainEvent>,
+        events: &mut broadcast::Receiver<std::sync::Arc<DrainEvent>>,
         progress: &Progress,
         until: EventKind,
     ) {

@@ -210,7 +210,7 @@ impl EventRecorder {
 
     async fn run(
         self,
-        mut rx: tokio::sync::broadcast::Receiver<DrainEvent>,
+        mut rx: tokio::sync::broadcast::Receiver<std::sync::Arc<DrainEvent>>,
         stop: CancellationToken,
     ) {
         let mut seen: HashMap<Key, Recorded> = HashMap::new();

@@ -31,7 +31,10 @@ pub fn collect_events(progress: &Progress) -> Arc<Mutex<Vec<DrainEvent>>> {
     tokio::spawn(async move {
         loop {
             match rx.recv().await {
-                Ok(ev) => sink.lock().unwrap().push(ev),
+                Ok(ev) => sink
+                    .lock()
+                    .unwrap()
+                    .push(std::sync::Arc::unwrap_or_clone(ev)),
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                     eprintln!("the test's event collector fell {n} events behind");
                 }
