@@ -19,7 +19,9 @@
 //! last one to its status allowing one again (the replacement made by the
 //! ReplicaSet controller, scheduled, started and made Ready by KWOK after
 //! its start-up time, and seen by the disruption controller), added up,
-//! and then its last evicted pod's own removal. What is over the bound is
+//! and then its last evicted pod's own removal; and the API server grants
+//! the evictions under one budget one at a time, so each of its pods adds
+//! the fastest grant of an eviction the audit log shows in that run. What is over the bound is
 //! maintd's: its reactions, its stage changes, its cordon and taint. The bench fails if maintd beats that bound, if a drain does not
 //! complete, or if maintd evicted a pod before every lower-priority pod was
 //! gone.
@@ -204,12 +206,19 @@ async fn maintd_drain(cp: &ControlPlane, admin: &kube::Client) -> Drained {
         .collect();
     stop.cancel();
     let seen = seen.finish(start).await;
-    let (stages, out_of_order) = seen.bound_and_order();
+    let grant = fastest_grant(&cp.dir.join("log/audit.log"));
+    let (stages, out_of_order) = seen.bound_and_order(grant);
     let bound = stages.iter().map(|s| s.secs).sum();
     // Each ordinary stage: its bound against what it took (from its
     // start to the next stage's).
     let first = stage_starts.first().copied().unwrap_or(f64::NAN);
-    let mut lines = vec![format!("from the taint to the first stage: {first:.2} s")];
+    let mut lines = vec![
+        format!("from the taint to the first stage: {first:.2} s"),
+        format!(
+            "the API server's fastest grant of an eviction in this run: {:.0} ms (the bound counts it once for each pod under a budget)",
+            grant * 1000.0
+        ),
+    ];
     for (i, b) in stages.iter().enumerate() {
         let took = stage_starts
             .get(i + 1)
@@ -236,6 +245,27 @@ async fn maintd_drain(cp: &ControlPlane, admin: &kube::Client) -> Drained {
         out_of_order,
         stages: lines,
     }
+}
+
+/// The least time the API server took to grant an eviction (from its
+/// audit log: the request received to its answer, 201), in seconds; 0
+/// when it granted none.
+fn fastest_grant(audit_log: &std::path::Path) -> f64 {
+    let text = std::fs::read_to_string(audit_log).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| {
+            e["objectRef"]["subresource"] == "eviction"
+                && e["verb"] == "create"
+                && e["responseStatus"]["code"] == 201
+        })
+        .filter_map(|e| {
+            let at = |k: &str| e[k].as_str()?.parse::<jiff::Timestamp>().ok();
+            let took = at("stageTimestamp")?.duration_since(at("requestReceivedTimestamp")?);
+            Some(took.as_secs_f64())
+        })
+        .fold(None, |m: Option<f64>, t| Some(m.map_or(t, |m| m.min(t))))
+        .unwrap_or(0.0)
 }
 
 fn median(v: &[f64]) -> f64 {

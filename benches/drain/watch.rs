@@ -164,8 +164,15 @@ impl Seen {
     /// ordinary pod was gone. A stage lasts at least as long as its
     /// slowest pod without a budget took from eviction to removal, and as
     /// long as each budget's pods stood waiting for it to allow a
-    /// disruption, added up, plus its last evicted pod's own removal.
-    pub fn bound_and_order(&self) -> (Vec<StageBound>, usize) {
+    /// disruption, added up, plus the API server's time to grant each of
+    /// its evictions, plus its last evicted pod's own removal.
+    /// `grant` is the least time the API server took to grant one
+    /// eviction in this run: it grants those under one budget one at a
+    /// time (each reads the budget and writes its status back; one that
+    /// overlaps another is refused a conflict inside the API server and
+    /// tries again 500 ms later), so a budget's pods take at least that
+    /// each, outside its waits.
+    pub fn bound_and_order(&self, grant: f64) -> (Vec<StageBound>, usize) {
         let pods: Vec<(&PodSeen, PodInfo)> = self
             .state
             .pods
@@ -250,7 +257,8 @@ impl Seen {
                             bound.reactions.push((next - end).as_secs_f64());
                         }
                     }
-                    waited + shutdown(last)
+                    let granted = members.iter().filter(|s| s.evicted.is_some()).count();
+                    waited + grant * granted as f64 + shutdown(last)
                 };
                 bound.secs = bound.secs.max(time);
             }
