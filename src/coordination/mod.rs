@@ -30,7 +30,7 @@ mod waiter;
 use std::time::Duration;
 
 pub use guard::SlotGuard;
-pub use lease::{GROUP_LABEL, slot_name};
+pub use lease::{GROUP_LABEL, holder as lease_holder, slot_name};
 pub use observed::LeaseClock;
 pub use quorum::{
     CONTROL_PLANE_LABEL, CONTROL_PLANE_LABELS, is_control_plane, is_control_plane_json, is_ready,

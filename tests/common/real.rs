@@ -66,24 +66,7 @@ impl Real {
     /// (stopped when the process ends, however it ends), its API server's
     /// audit policy `audit_policy` when given, deploy/ installed.
     pub fn own(dir: &Path, audit_policy: Option<&Path>) -> Result<Real, String> {
-        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-        let mut up = Command::new(root().join("scripts/control-plane"));
-        up.arg("up")
-            .arg(dir)
-            .arg("--owner")
-            .arg(std::process::id().to_string());
-        if let Some(policy) = audit_policy {
-            up.env("CONTROL_PLANE_AUDIT_POLICY", policy);
-        }
-        let out = up
-            .output()
-            .map_err(|e| format!("running scripts/control-plane: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "scripts/control-plane up failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
+        up_owned(dir, audit_policy)?;
         install_deploy(dir)?;
         Ok(Real {
             dir: dir.to_path_buf(),
@@ -340,12 +323,23 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 /// Starts a control plane owned by this process (stopped when it ends).
 fn start_own() -> Result<PathBuf, String> {
     let dir = std::env::temp_dir().join(format!("maintd-control-plane-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let out = Command::new(root().join("scripts/control-plane"))
-        .arg("up")
-        .arg(&dir)
+    up_owned(&dir, None)?;
+    Ok(dir)
+}
+
+/// `scripts/control-plane up` in `dir`, owned by this process, with
+/// `audit_policy` as its API server's audit policy when given.
+fn up_owned(dir: &Path, audit_policy: Option<&Path>) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let mut up = Command::new(root().join("scripts/control-plane"));
+    up.arg("up")
+        .arg(dir)
         .arg("--owner")
-        .arg(std::process::id().to_string())
+        .arg(std::process::id().to_string());
+    if let Some(policy) = audit_policy {
+        up.env("CONTROL_PLANE_AUDIT_POLICY", policy);
+    }
+    let out = up
         .output()
         .map_err(|e| format!("running scripts/control-plane: {e}"))?;
     if !out.status.success() {
@@ -354,7 +348,7 @@ fn start_own() -> Result<PathBuf, String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    Ok(dir)
+    Ok(())
 }
 
 /// deploy/ as `kubectl apply -k deploy/medik8s` installs it (the default

@@ -11,6 +11,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::ListParams;
+use maintd::coordination::lease_holder;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -350,14 +351,4 @@ async fn leftovers(admin: &kube::Client, w: &Watched) -> Vec<String> {
         Err(e) => left.push(format!("the slot Leases cannot be listed: {e}")),
     }
     left
-}
-
-/// Who holds a slot Lease, if anyone.
-fn lease_holder(lease: &Lease) -> Option<&str> {
-    lease
-        .spec
-        .as_ref()?
-        .holder_identity
-        .as_deref()
-        .filter(|h| !h.is_empty())
 }
