@@ -210,6 +210,17 @@ impl Reconciler {
         let ask = ask.filter(|a| {
             !a.release_when_drained || self.something_to_evict(&desired) || !self.agent.marked_out()
         });
+        // A drain slot taken before a restart by a node now drained: this
+        // process holds no guard for it, so it is given back from the
+        // Lease, once, rather than left to expire in this node's name.
+        if let Some(raw) = desired.slot()
+            && raw.turn.is_none()
+            && ask.is_none()
+            && self.slot.is_none()
+            && self.slot_taking.is_none()
+        {
+            self.release_drained_slot(raw);
+        }
         if let Some((have, _)) = &self.slot
             && Some(have) != ask.as_ref()
         {
@@ -221,7 +232,10 @@ impl Reconciler {
                     self.turns.released(&t.uid);
                     self.give_back_slot();
                 }
-                None => self.give_back_slot(),
+                None => {
+                    self.turns.released(&drained_key(&have.group));
+                    self.give_back_slot();
+                }
             }
         }
         // What to wait for: nothing (no slot asked, the slot held, the
@@ -324,12 +338,45 @@ impl Reconciler {
         Some(wake_at(self.hold.as_ref()?.until?))
     }
 
+    /// Gives back, in the background, a slot of `ask`'s group that the
+    /// Lease shows this node holding with no guard in this process (taken
+    /// before a restart). Done once per group; a failure is said and tried
+    /// again on a later look.
+    fn release_drained_slot(&mut self, ask: &crate::trigger::SlotAsk) {
+        let key = drained_key(&ask.group);
+        if self.turns.was_released(&key) {
+            return;
+        }
+        let Ok(slots) = self.agent.slots_for(&ask.group, ask.max) else {
+            return;
+        };
+        self.turns.released(&key);
+        let agent = self.agent.clone();
+        let released = self.turns.released.clone();
+        tokio::spawn(async move {
+            if let Err(e) = slots.release(&agent.config.node).await {
+                agent.warn(format!(
+                    "giving back a drain slot taken before a restart: {e}; will retry"
+                ));
+                if let Ok(mut set) = released.lock() {
+                    set.remove(&key);
+                }
+            }
+        });
+    }
+
     /// Gives back the slot this node holds, in the background.
     pub(super) fn give_back_slot(&mut self) {
         if let Some((_, guard)) = self.slot.take() {
             release_in_background(&self.agent, guard, "the reboot slot");
         }
     }
+}
+
+/// What marks a drain slot of `group` given back once the node is
+/// drained, among the released turns.
+fn drained_key(group: &str) -> String {
+    format!("drained/{group}")
 }
 
 /// Gives back `guard`'s slot in the background; a failure is a warning

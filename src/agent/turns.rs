@@ -54,7 +54,7 @@ impl Turns {
         mark(&self.released, uid.to_string());
     }
 
-    fn was_released(&self, uid: &str) -> bool {
+    pub(super) fn was_released(&self, uid: &str) -> bool {
         self.released.lock().is_ok_and(|s| s.contains(uid))
     }
 }
