@@ -526,7 +526,7 @@ impl Index {
                                 rv = new_rv;
                             }
                             if let WatchEvent::Added(o) | WatchEvent::Modified(o) = &mut ev {
-                                keep(&target, o);
+                                (target.trim)(o);
                             }
                             self.apply(ev);
                         }
@@ -550,11 +550,6 @@ impl Index {
     }
 }
 
-/// What the index keeps of `o`.
-fn keep(target: &WatchTarget, o: &mut Value) {
-    (target.trim)(o);
-}
-
 /// Lists every object, page by page, each trimmed as its page arrives.
 async fn list_all(
     client: &kube::Client,
@@ -575,7 +570,7 @@ async fn list_all(
         }
         let page: ObjectList<Value> = client.request(http_req).await?;
         items.extend(page.items.into_iter().map(|mut o| {
-            keep(target, &mut o);
+            (target.trim)(&mut o);
             o
         }));
         match page.metadata.continue_ {

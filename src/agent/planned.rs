@@ -219,7 +219,12 @@ impl Reconciler {
             && self.slot.is_none()
             && self.slot_taking.is_none()
         {
-            self.release_drained_slot(raw);
+            self.release_unguarded_slot(
+                &raw.group,
+                raw.max,
+                drained_key(&raw.group),
+                "a drain slot taken before a restart",
+            );
         }
         if let Some((have, _)) = &self.slot
             && Some(have) != ask.as_ref()
@@ -336,33 +341,6 @@ impl Reconciler {
     /// loop's timer.
     pub(super) fn hold_until(&self) -> Option<tokio::time::Instant> {
         Some(wake_at(self.hold.as_ref()?.until?))
-    }
-
-    /// Gives back, in the background, a slot of `ask`'s group that the
-    /// Lease shows this node holding with no guard in this process (taken
-    /// before a restart). Done once per group; a failure is said and tried
-    /// again on a later look.
-    fn release_drained_slot(&mut self, ask: &crate::trigger::SlotAsk) {
-        let key = drained_key(&ask.group);
-        if self.turns.was_released(&key) {
-            return;
-        }
-        let Ok(slots) = self.agent.slots_for(&ask.group, ask.max) else {
-            return;
-        };
-        self.turns.released(&key);
-        let agent = self.agent.clone();
-        let released = self.turns.released.clone();
-        tokio::spawn(async move {
-            if let Err(e) = slots.release(&agent.config.node).await {
-                agent.warn(format!(
-                    "giving back a drain slot taken before a restart: {e}; will retry"
-                ));
-                if let Ok(mut set) = released.lock() {
-                    set.remove(&key);
-                }
-            }
-        });
     }
 
     /// Gives back the slot this node holds, in the background.

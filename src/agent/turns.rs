@@ -54,7 +54,7 @@ impl Turns {
         mark(&self.released, uid.to_string());
     }
 
-    pub(super) fn was_released(&self, uid: &str) -> bool {
+    fn was_released(&self, uid: &str) -> bool {
         self.released.lock().is_ok_and(|s| s.contains(uid))
     }
 }
@@ -227,21 +227,41 @@ impl Reconciler {
     /// Gives back the slot of a finished turn that this process does not
     /// hold a guard for (it was taken before a restart).
     fn release_turn_slot(&mut self, t: &RebootTurn) {
+        self.release_unguarded_slot(
+            &format!("nm-{}", t.object),
+            t.slots,
+            t.uid.clone(),
+            "the slot of a finished turn",
+        );
+    }
+
+    /// Gives back, in the background, a slot of `group` (of `max`) that
+    /// the Lease shows this node holding while this process holds no
+    /// guard for it (taken before a restart), and marks `key` released
+    /// once it is given back or found not held. One at a time with the
+    /// turns' writes; the loop looks again when it ends, and tries again
+    /// after a failure.
+    pub(super) fn release_unguarded_slot(
+        &mut self,
+        group: &str,
+        max: u32,
+        key: String,
+        what: &'static str,
+    ) {
+        if self.turns.task.is_some() || self.turns.was_released(&key) {
+            return;
+        }
         let agent = self.agent.clone();
-        let group = format!("nm-{}", t.object);
-        let (uid, slots) = (t.uid.clone(), t.slots);
         let released = self.turns.released.clone();
-        // The loop looks at turns only once the Node is known.
-        let Ok(slots) = agent.slots_for(&group, slots) else {
+        // The loop looks at slots only once the Node is known.
+        let Ok(slots) = agent.slots_for(group, max) else {
             return;
         };
         self.turns.task = Some(tokio::spawn(async move {
             match slots.release(&agent.config.node).await {
-                Ok(_) => mark(&released, uid),
+                Ok(_) => mark(&released, key),
                 Err(e) => {
-                    agent.warn(format!(
-                        "giving back the slot of a finished turn: {e}; will retry"
-                    ));
+                    agent.warn(format!("giving back {what}: {e}; will retry"));
                     tokio::time::sleep(RETRY_AFTER).await;
                 }
             }
