@@ -513,6 +513,26 @@ objects:
 - {apiVersion: v1, kind: Node, metadata: {name: node-c, labels: {pool: blue}}}
 "#;
 
+/// The simulator with [`THREE_NODES`] and the CRDs installed, and its
+/// admin client.
+async fn three_nodes() -> (maintd_sim::SimCluster, kube::Client) {
+    let scenario = maintd_sim::scenario::Scenario::from_yaml(THREE_NODES).unwrap();
+    let sim = maintd_sim::SimCluster::start_with_scenario(Default::default(), &scenario)
+        .await
+        .unwrap();
+    let client = sim.client();
+    install_crd(&client).await;
+    (sim, client)
+}
+
+/// An agent for `node` whose node has no static pod directory.
+fn agent_without_static_pods(sim: &maintd_sim::SimCluster, node: &str) -> Agent {
+    Agent::new(
+        Config::for_node(node, "/nonexistent/manifests".into()),
+        maintd::testbed::agent_client(sim, node),
+    )
+}
+
 /// A maintenance over three nodes with `maxConcurrentDrains: 1`: one node
 /// at a time is cordoned and evicts, each taking the object's drain slot
 /// and giving it back once drained; the others keep taking pods and say
@@ -521,12 +541,7 @@ objects:
 /// in a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_maintenance_limited_to_one_drain_at_a_time_drains_its_nodes_one_after_another() {
-    let scenario = maintd_sim::scenario::Scenario::from_yaml(THREE_NODES).unwrap();
-    let sim = maintd_sim::SimCluster::start_with_scenario(Default::default(), &scenario)
-        .await
-        .unwrap();
-    let client = sim.client();
-    install_crd(&client).await;
+    let (sim, client) = three_nodes().await;
     for node in ["node-a", "node-b", "node-c"] {
         for i in 0..3 {
             let mut pod = pod_json("default", &format!("{node}-p{i}"), node, json!({}));
@@ -550,11 +565,7 @@ async fn a_maintenance_limited_to_one_drain_at_a_time_drains_its_nodes_one_after
         .unwrap();
     let stop = CancellationToken::new();
     for node in ["node-a", "node-b", "node-c"] {
-        let agent = Agent::new(
-            Config::for_node(node, "/nonexistent/manifests".into()),
-            maintd::testbed::agent_client(&sim, node),
-        );
-        tokio::spawn(agent.run(stop.clone()));
+        tokio::spawn(agent_without_static_pods(&sim, node).run(stop.clone()));
     }
     let nms: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
     create(
@@ -822,18 +833,9 @@ async fn objects_with_extreme_values_crash_nothing_and_a_good_one_beside_them_dr
 /// fault soak on the real control plane).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_restarted_on_a_drained_node_gives_back_the_drain_slot_it_held() {
-    let scenario = maintd_sim::scenario::Scenario::from_yaml(THREE_NODES).unwrap();
-    let sim = maintd_sim::SimCluster::start_with_scenario(Default::default(), &scenario)
-        .await
-        .unwrap();
-    let client = sim.client();
-    install_crd(&client).await;
+    let (sim, client) = three_nodes().await;
     let run_agent = |stop: &CancellationToken| {
-        let agent = Agent::new(
-            Config::for_node("node-a", "/nonexistent/manifests".into()),
-            maintd::testbed::agent_client(&sim, "node-a"),
-        );
-        tokio::spawn(agent.run(stop.clone()));
+        tokio::spawn(agent_without_static_pods(&sim, "node-a").run(stop.clone()));
     };
     let first = CancellationToken::new();
     run_agent(&first);
