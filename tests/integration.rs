@@ -91,8 +91,6 @@ mod plan_cli;
 mod policy;
 #[path = "prometheus_rules.rs"]
 mod prometheus_rules;
-#[path = "real_connections.rs"]
-mod real_connections;
 #[path = "real_drain.rs"]
 mod real_drain;
 #[path = "real_eviction_requests.rs"]
