@@ -321,7 +321,7 @@ fn helm_lint_passes() {
         vec![
             "--set",
             "medik8s.enabled=true,fleetlock.enabled=true,prometheus.podMonitor.enabled=true,\
-             prometheus.rules.enabled=true,grafana.dashboard.enabled=true",
+             prometheus.rules.enabled=true,grafana.dashboard.enabled=true,apiPriority.enabled=true",
         ],
         vec!["--set", "nodeConfinement.enabled=false"],
     ] {
@@ -386,6 +386,27 @@ fn prometheus_is_deploy_prometheus() {
 }
 
 #[test]
+fn api_priority_is_deploy_api_priority() {
+    let chart = template("maintd", "maintd", &["apiPriority.enabled=true"]);
+    let deploy = kustomize_with_component("api-priority");
+    assert_same("api-priority", &chart, &deploy, &[AGENT_NAMESPACE]);
+    // Named after the release, for the release's ServiceAccount.
+    let other = template("other", "elsewhere", &["apiPriority.enabled=true"]);
+    let schema = other
+        .iter()
+        .find(|o| o["kind"] == "FlowSchema")
+        .expect("the chart's FlowSchema");
+    assert_eq!(schema["metadata"]["name"], "other-maintd");
+    assert_eq!(
+        schema["spec"]["priorityLevelConfiguration"]["name"],
+        "other-maintd"
+    );
+    let subject = &schema["spec"]["rules"][0]["subjects"][0]["serviceAccount"];
+    assert_eq!(subject["namespace"], "elsewhere");
+    assert_eq!(subject["name"], "other-maintd");
+}
+
+#[test]
 fn grafana_is_deploy_grafana() {
     let chart = template("maintd", "maintd", &["grafana.dashboard.enabled=true"]);
     let deploy = kustomize_with_component("grafana");
@@ -438,6 +459,7 @@ fn another_release_clashes_with_nothing_of_deploy() {
         "prometheus.podMonitor.enabled=true",
         "prometheus.rules.enabled=true",
         "grafana.dashboard.enabled=true",
+        "apiPriority.enabled=true",
     ];
     let chart = template("edge", "edge-system", &everything);
     let deploy = kustomize(&root().join("deploy/medik8s"));

@@ -91,6 +91,8 @@ mod plan_cli;
 mod policy;
 #[path = "prometheus_rules.rs"]
 mod prometheus_rules;
+#[path = "real_api_priority.rs"]
+mod real_api_priority;
 #[path = "real_drain.rs"]
 mod real_drain;
 #[path = "real_eviction_requests.rs"]
