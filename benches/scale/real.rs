@@ -379,6 +379,9 @@ pub fn run(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    for u in &watch.unslotted {
+        eprintln!("  N={n}: CORDONED WITH NO SLOT: {u}");
+    }
     let rollout = watch.summary(slots, settings.ahead, settings.reboot_ms, orders);
     rollout.check(n);
     // The last aggregates and NodeDrain writes land within a few seconds.

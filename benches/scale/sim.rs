@@ -263,6 +263,9 @@ pub fn run(
         );
     }
     let done = watch.done_count();
+    for u in &watch.unslotted {
+        eprintln!("  N={n}: CORDONED WITH NO SLOT: {u}");
+    }
     let rollout = watch.summary(slots, ahead, reboot_ms, orders);
     rollout.check(n);
     let drain_secs = t.elapsed().as_secs_f64();

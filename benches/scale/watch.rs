@@ -14,7 +14,7 @@ use super::rollout::{Rollout, Step};
 pub const SLOT_PREFIX: &str = "maintd-reboot-nm-rolling-";
 
 /// What the bench saw of one node, in seconds since the object was made.
-#[derive(Default)]
+#[derive(Default, Debug)]
 pub struct NodeSeen {
     /// Spells out of scheduling: from the look that first saw the node
     /// cordoned to the one that first saw it schedulable again (`None`
@@ -46,7 +46,18 @@ pub struct Watch {
     slots: std::collections::BTreeMap<String, Vec<Hold>>,
     pub unschedulable_now: usize,
     most_unschedulable: usize,
+    /// Since when each node has been seen cordoned while no slot Lease
+    /// named it.
+    unslotted_since: std::collections::BTreeMap<String, f64>,
+    /// Nodes seen cordoned with no slot for longer than
+    /// [`UNSLOTTED_FOR`], each as the bench saw it then (at most 20).
+    pub unslotted: Vec<String>,
 }
+
+/// How long a node may be seen cordoned with no slot before the bench
+/// notes it: the bench's watches of Nodes and Leases are two streams, and
+/// one may show a cordon before the other shows the slot taken.
+const UNSLOTTED_FOR: f64 = 2.0;
 
 impl Watch {
     pub fn new(t0: Instant) -> Watch {
@@ -58,6 +69,8 @@ impl Watch {
             slots: Default::default(),
             unschedulable_now: 0,
             most_unschedulable: 0,
+            unslotted_since: Default::default(),
+            unslotted: Vec::new(),
         }
     }
 
@@ -92,10 +105,41 @@ impl Watch {
             .collect();
         let mut unschedulable = 0;
         let mut over = !nodes.is_empty();
+        let slotted: std::collections::BTreeMap<&str, &str> = leases
+            .iter()
+            .filter_map(|l| {
+                let name = l["metadata"]["name"].as_str()?;
+                let holder = l["spec"]["holderIdentity"].as_str()?;
+                (name.starts_with(SLOT_PREFIX) && !holder.is_empty()).then_some((holder, name))
+            })
+            .collect();
         for node in nodes {
             let name = node["metadata"]["name"].as_str().unwrap_or_default();
-            let seen = self.nodes.entry(name.to_string()).or_default();
             let cordoned = node["spec"]["unschedulable"] == true;
+            if cordoned && !slotted.contains_key(name) {
+                let since = *self.unslotted_since.entry(name.to_string()).or_insert(now);
+                if now - since > UNSLOTTED_FOR && self.unslotted.len() < 20 {
+                    let noted = self
+                        .unslotted
+                        .iter()
+                        .any(|u| u.starts_with(&format!("{name} ")));
+                    if !noted {
+                        let seen = self.nodes.get(name);
+                        self.unslotted.push(format!(
+                            "{name} cordoned with no slot since {since:.1} s (seen at {now:.1} s); its annotations {}; taints {}; the bench saw it: {seen:?}; slot holds naming it: {:?}",
+                            node["metadata"]["annotations"],
+                            node["spec"]["taints"],
+                            self.slots
+                                .iter()
+                                .flat_map(|(slot, hs)| hs.iter().filter(|h| h.node == name).map(move |h| (slot.clone(), h.from, h.to)))
+                                .collect::<Vec<_>>()
+                        ));
+                    }
+                }
+            } else {
+                self.unslotted_since.remove(name);
+            }
+            let seen = self.nodes.entry(name.to_string()).or_default();
             let open = seen.cordons.last().is_some_and(|(_, to)| to.is_none());
             if cordoned {
                 unschedulable += 1;
