@@ -106,14 +106,7 @@ fn kustomize(dir: &Path) -> Vec<Value> {
 /// What `kubectl kustomize` makes of deploy/ with `component` on top, as
 /// an operator's own kustomization puts it (a directory of this test's).
 fn kustomize_with_component(component: &str) -> Vec<Value> {
-    let dir = root().join(format!("target/helm-kustomize-{component}"));
-    std::fs::create_dir_all(&dir).expect("the overlay's directory");
-    std::fs::write(
-        dir.join("kustomization.yaml"),
-        format!("resources:\n  - ../../deploy\ncomponents:\n  - ../../deploy/{component}\n"),
-    )
-    .expect("the overlay is written");
-    kustomize(&dir)
+    kustomize(&crate::common::overlay_with_component(component))
 }
 
 fn key(o: &Value) -> String {

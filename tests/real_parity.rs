@@ -601,20 +601,14 @@ async fn every_install_of_deploy_is_accepted_by_kubernetes() {
     // The standalone installs (prometheus/ and grafana/ are components
     // added to one of them, and need the Prometheus Operator's and
     // Grafana's objects), and deploy/ with its api-priority/ component.
-    let with_priority = root.join("target/real-kustomize-api-priority");
-    std::fs::create_dir_all(&with_priority).expect("the overlay's directory");
-    std::fs::write(
-        with_priority.join("kustomization.yaml"),
-        "resources:\n  - ../../deploy\ncomponents:\n  - ../../deploy/api-priority\n",
-    )
-    .expect("the overlay is written");
-    for overlay in [
-        "deploy",
-        "deploy/medik8s",
-        "deploy/without-confinement",
-        "target/real-kustomize-api-priority",
+    let with_priority = common::overlay_with_component("api-priority");
+    for dir in [
+        root.join("deploy"),
+        root.join("deploy/medik8s"),
+        root.join("deploy/without-confinement"),
+        with_priority,
     ] {
-        let dir = root.join(overlay);
+        let overlay = dir.strip_prefix(root).unwrap_or(&dir).display().to_string();
         let (ok, out, err) = real.kubectl(&[
             "apply",
             "--server-side",

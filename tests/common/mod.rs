@@ -21,6 +21,24 @@ use serde_json::{Value, json};
 
 use maintd_sim::{SimCluster, SimConfig};
 
+/// A directory of the tests' own (under target/) holding an operator's
+/// kustomization: deploy/ with the component deploy/`component` on top.
+/// Written whole under another name and renamed, so that two tests
+/// writing it at once never leave the other a partial file to read.
+pub fn overlay_with_component(component: &str) -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join(format!("target/kustomize-with-{component}"));
+    std::fs::create_dir_all(&dir).expect("the overlay's directory");
+    let draft = dir.join(format!("kustomization.yaml.{}", std::process::id()));
+    std::fs::write(
+        &draft,
+        format!("resources:\n  - ../../deploy\ncomponents:\n  - ../../deploy/{component}\n"),
+    )
+    .expect("the overlay is written");
+    std::fs::rename(&draft, dir.join("kustomization.yaml")).expect("the overlay is in place");
+    dir
+}
+
 pub async fn sim() -> SimCluster {
     sim_with(SimConfig::default()).await
 }
