@@ -14,7 +14,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use maintd::coordination::{
-    Acquisition, CONTROL_PLANE_LABEL, RebootSlots, SlotGuard, SlotRequest, wait_for_slot,
+    Acquisition, CONTROL_PLANE_LABEL, RebootSlots, SlotGuard, SlotHolds, SlotRequest, wait_for_slot,
 };
 use maintd::index::WatchGuard;
 
@@ -126,6 +126,49 @@ async fn a_take_from_a_watch_behind_the_slots_never_makes_a_second_holder() {
     // Its guard gives back exactly its slot.
     assert!(guard_b.release().await.unwrap());
     assert!(b.holders("node-b").await.unwrap().is_empty());
+}
+
+/// One agent may hold a slot twice over: a wait stopped just as it took
+/// the slot hands its guard back to be given back, while the wait that
+/// replaced it finds the slot already the node's and takes it up again.
+/// Giving back the first must not end the second's hold: the node goes on
+/// with its turn (cordoned, draining), and the next node must not get its
+/// slot meanwhile. Built as the agent builds its slots: every set shares
+/// the agent's holds.
+#[tokio::test]
+async fn a_slot_taken_up_again_stays_held_when_the_first_take_is_given_back() {
+    let sim = common::sim().await;
+    let holds = SlotHolds::new();
+    let of_agent = || slots(&sim, "again", 1, LONG).held_with(&holds);
+    let (stopped_wait, next_wait, other) = (of_agent(), of_agent(), slots(&sim, "again", 1, LONG));
+    let first = hold(&stopped_wait, "node-a").await;
+    let second = hold(&next_wait, "node-a").await;
+    assert_eq!(
+        first.slot(),
+        second.slot(),
+        "the node's own slot, taken up again"
+    );
+
+    assert!(
+        !first.release().await.unwrap(),
+        "the slot is still held by the agent's other guard"
+    );
+    assert_eq!(
+        holders_of(&other.try_acquire("node-b").await.unwrap()),
+        ["node-a"],
+        "the next node waits: the slot is still node-a's"
+    );
+    assert!(
+        !stopped_wait.release("node-a").await.unwrap(),
+        "a give-back of a slot taken before a restart leaves a held one alone too"
+    );
+    assert!(second.still_held());
+
+    assert!(
+        second.release().await.unwrap(),
+        "the last guard gives it back"
+    );
+    assert!(other.try_acquire("node-b").await.unwrap().is_acquired());
 }
 
 #[tokio::test]

@@ -130,7 +130,8 @@ impl Agent {
             DEFAULT_LEASE_DURATION,
         )
         .noting_boot(self.boot_id())
-        .watched_with(&self.lease_clock))
+        .watched_with(&self.lease_clock)
+        .held_with(&self.slot_holds))
     }
 
     /// Why nothing that depends on what this node is (control-plane or

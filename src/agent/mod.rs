@@ -56,6 +56,10 @@ pub struct Agent {
     /// unchanged: what says a hold has lapsed (see
     /// [`crate::coordination::LeaseClock`]).
     pub lease_clock: crate::coordination::LeaseClock,
+    /// The guards this agent's parts hold on its slots: a slot one part
+    /// took up again is not given back for another (see
+    /// [`crate::coordination::SlotHolds`]).
+    pub slot_holds: crate::coordination::SlotHolds,
 }
 
 impl Agent {
@@ -104,6 +108,7 @@ impl Agent {
             health,
             writer_lease: Index::new(),
             lease_clock: Default::default(),
+            slot_holds: Default::default(),
             config,
         }
     }

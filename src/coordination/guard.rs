@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::holds::HoldTicket;
 use super::{CoordinationError, RebootSlots};
 
 /// A slot this node holds, renewed every third of the lease duration by a
@@ -23,6 +24,9 @@ pub struct SlotGuard {
     renewed: Arc<std::sync::Mutex<tokio::time::Instant>>,
     /// Told when a renewal finds the slot lost.
     lost_now: Arc<tokio::sync::Notify>,
+    /// This guard's count among what the agent holds: while it lives, no
+    /// other part of the agent gives the slot back.
+    ticket: Option<HoldTicket>,
 }
 
 /// The share of the lease's duration a hold is trusted for after its last
@@ -35,6 +39,7 @@ impl SlotGuard {
         slots: RebootSlots,
         node: &str,
         slot: String,
+        ticket: HoldTicket,
         stop: CancellationToken,
     ) -> Self {
         let renewing = stop.child_token();
@@ -58,6 +63,7 @@ impl SlotGuard {
             lost,
             renewed,
             lost_now,
+            ticket: Some(ticket),
         }
     }
 
@@ -102,9 +108,12 @@ impl SlotGuard {
     /// server too busy to answer in time) is tried again, with backoff,
     /// for as long as the hold would otherwise last: a slot that is not
     /// given back keeps every node waiting for it until it expires. The
-    /// last error is returned once the hold has lapsed anyway.
-    pub async fn release(self) -> Result<bool, CoordinationError> {
+    /// last error is returned once the hold has lapsed anyway. While
+    /// another guard of the agent holds the same slot (another part took
+    /// it up again), the slot stays held: `Ok(false)`.
+    pub async fn release(mut self) -> Result<bool, CoordinationError> {
         self.renewing.cancel();
+        drop(self.ticket.take());
         let lapsed = tokio::time::Instant::now() + self.slots.lease_duration();
         let mut backoff = crate::index::Backoff::with(500, 10_000);
         loop {

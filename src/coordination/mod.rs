@@ -21,6 +21,7 @@
 //! Shutdowns do not take slots: they cannot wait.
 
 mod guard;
+mod holds;
 pub(crate) mod lease;
 mod observed;
 mod quorum;
@@ -30,6 +31,7 @@ mod waiter;
 use std::time::Duration;
 
 pub use guard::SlotGuard;
+pub use holds::SlotHolds;
 pub use lease::{GROUP_LABEL, holder as lease_holder, slot_name};
 pub use observed::LeaseClock;
 pub use quorum::{

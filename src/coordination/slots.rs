@@ -2,7 +2,6 @@
 //! taken with a create (the name is the lock) or a resourceVersion-guarded
 //! replace, so the apiserver decides every race.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -12,6 +11,7 @@ use kube::Api;
 use kube::api::{ListParams, PostParams};
 
 use super::guard::SlotGuard;
+use super::holds::SlotHolds;
 use super::lease::GROUP_LABEL;
 use super::lease::{self, SlotState};
 use super::observed::LeaseClock;
@@ -19,8 +19,9 @@ use super::quorum::{is_control_plane, quorum_guard};
 use super::{Acquisition, CONTROL_PLANE_GROUP, CoordinationError, Holder};
 
 /// Reboot slots of one group: at most `max_holders` nodes hold one at a
-/// time. Cheap to clone; clones share the local lock that keeps one
-/// agent from taking two slots by racing itself.
+/// time. Cheap to clone; clones share what the agent holds (see
+/// [`SlotHolds`]), which keeps one agent from taking two slots by racing
+/// itself, or giving back a slot another of its parts holds.
 #[derive(Clone)]
 pub struct RebootSlots {
     api: Api<Lease>,
@@ -47,7 +48,9 @@ pub struct RebootSlots {
     /// How long this agent has seen each slot's hold unchanged: what
     /// decides that a hold has lapsed (see [`LeaseClock`]).
     clock: LeaseClock,
-    local: Arc<tokio::sync::Mutex<()>>,
+    /// The guards this agent holds on each slot, and the lock that keeps
+    /// its takes and give-backs one at a time.
+    holds: SlotHolds,
 }
 
 impl RebootSlots {
@@ -73,7 +76,7 @@ impl RebootSlots {
             behind: false,
             line: 0,
             clock: LeaseClock::new(),
-            local: Arc::new(tokio::sync::Mutex::new(())),
+            holds: SlotHolds::new(),
         }
     }
 
@@ -83,6 +86,20 @@ impl RebootSlots {
     pub fn watched_with(mut self, clock: &LeaseClock) -> Self {
         self.clock = clock.clone();
         self
+    }
+
+    /// Slots whose takes and give-backs count with `holds`, what every
+    /// part of this agent holds: an agent passes its own to every set of
+    /// slots it builds, so that giving back one part's hold never ends
+    /// another's on the same Lease.
+    pub fn held_with(mut self, holds: &SlotHolds) -> Self {
+        self.holds = holds.clone();
+        self
+    }
+
+    /// The key of slot `name` among what the agent holds.
+    fn hold_key(&self, name: &str) -> String {
+        format!("{}/{name}", self.namespace)
     }
 
     /// Who holds `lease` now, as this agent has watched it.
@@ -459,9 +476,19 @@ impl RebootSlots {
     async fn try_acquire_seen(
         &self,
         node: &str,
+        seen: Option<&[Lease]>,
+    ) -> Result<Acquisition<String>, CoordinationError> {
+        let _one = self.holds.one_at_a_time().await;
+        self.acquire_alone(node, seen).await
+    }
+
+    /// [`Self::try_acquire_seen`], with the agent's other takes and
+    /// give-backs held off by the caller.
+    async fn acquire_alone(
+        &self,
+        node: &str,
         mut seen: Option<&[Lease]>,
     ) -> Result<Acquisition<String>, CoordinationError> {
-        let _local = self.local.lock().await;
         for _ in 0..5 {
             if let Some(outcome) = self.acquire_once(node, seen.take()).await? {
                 return Ok(outcome);
@@ -594,9 +621,13 @@ impl RebootSlots {
         seen: Option<&[Lease]>,
         stop: tokio_util::sync::CancellationToken,
     ) -> Result<Acquisition<SlotGuard>, CoordinationError> {
-        Ok(match self.try_acquire_seen(node, seen).await? {
+        // The guard counts before another part of the agent may give the
+        // slot back: a give-back waiting for this take then finds it held.
+        let _one = self.holds.one_at_a_time().await;
+        Ok(match self.acquire_alone(node, seen).await? {
             Acquisition::Acquired(slot) => {
-                Acquisition::Acquired(SlotGuard::start(self.clone(), node, slot, stop))
+                let ticket = self.holds.ticket(self.hold_key(&slot));
+                Acquisition::Acquired(SlotGuard::start(self.clone(), node, slot, ticket, stop))
             }
             Acquisition::Full { holders } => Acquisition::Full { holders },
             Acquisition::QuorumBlocked { not_ready } => Acquisition::QuorumBlocked { not_ready },
@@ -643,7 +674,7 @@ impl RebootSlots {
     /// Gives back every slot of this group `node` holds. Idempotent:
     /// releasing nothing is fine. Returns whether a slot was released.
     pub async fn release(&self, node: &str) -> Result<bool, CoordinationError> {
-        let _local = self.local.lock().await;
+        let _one = self.holds.one_at_a_time().await;
         let mut released = false;
         let mine: Vec<String> = self
             .read_candidates(node)
@@ -651,6 +682,9 @@ impl RebootSlots {
             .into_iter()
             .filter(|(_, l)| l.as_ref().is_some_and(|l| lease::holder(l) == Some(node)))
             .map(|(name, _)| name)
+            // A slot a guard of this agent holds is that guard's to give
+            // back.
+            .filter(|name| !self.holds.held(&self.hold_key(name)))
             .collect();
         for name in mine {
             released |= self.release_one(node, &name).await?;
@@ -658,10 +692,15 @@ impl RebootSlots {
         Ok(released)
     }
 
-    /// Gives back slot `name` if `node` holds it: one read and one write,
-    /// whatever the group's size. Returns whether it was released.
+    /// Gives back slot `name` if `node` holds it and no guard of this
+    /// agent does (another part of the agent took it up again, and holds
+    /// it on): one read and one write, whatever the group's size. Returns
+    /// whether it was released.
     pub async fn release_slot(&self, node: &str, name: &str) -> Result<bool, CoordinationError> {
-        let _local = self.local.lock().await;
+        let _one = self.holds.one_at_a_time().await;
+        if self.holds.held(&self.hold_key(name)) {
+            return Ok(false);
+        }
         self.release_one(node, name).await
     }
 
