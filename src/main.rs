@@ -355,13 +355,14 @@ async fn client(
         })?,
     };
     let server = config.cluster_url.to_string();
-    let client =
-        kube::Client::try_from(maintd::cluster::agent_config(config, node)).map_err(|e| {
+    let client = maintd::client::builder(maintd::cluster::agent_config(config, node))
+        .map_err(|e| {
             anyhow::anyhow!(
                 "building the API client for {server}: {}",
                 one_line(&e.to_string())
             )
-        })?;
+        })?
+        .build();
     Ok((client, server))
 }
 

@@ -93,6 +93,8 @@ mod policy;
 mod prometheus_rules;
 #[path = "real_api_priority.rs"]
 mod real_api_priority;
+#[path = "real_connections.rs"]
+mod real_connections;
 #[path = "real_drain.rs"]
 mod real_drain;
 #[path = "real_eviction_requests.rs"]

@@ -218,7 +218,7 @@ impl ControlPlane {
             ..Default::default()
         };
         let config = maintd::cluster::agent_config(config, node);
-        kube::client::ClientBuilder::try_from(config)
+        maintd::client::builder(config)
             .expect("a client for the agent")
             .with_layer(&CountLayer(counter))
             .build()

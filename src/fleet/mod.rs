@@ -184,12 +184,14 @@ pub async fn connect(
     if let Ok(ua) = http::HeaderValue::from_str(&ua) {
         config.headers.push((http::header::USER_AGENT, ua));
     }
-    let client = kube::Client::try_from(config).map_err(|e| {
-        FleetError::Kubeconfig(format!(
-            "building the API client for {server}: {}",
-            one_line(&e.to_string())
-        ))
-    })?;
+    let client = crate::client::builder(config)
+        .map(|b| b.build())
+        .map_err(|e| {
+            FleetError::Kubeconfig(format!(
+                "building the API client for {server}: {}",
+                one_line(&e.to_string())
+            ))
+        })?;
     let client = crate::client::guarded(client, CALL_TIMEOUT, Default::default());
     Ok((client, server))
 }

@@ -95,6 +95,13 @@ impl FaultProxy {
         self.doom(Fate::Reset);
     }
 
+    /// How many client connections are open through the proxy.
+    pub fn open(&self) -> usize {
+        let mut all = self.connections.lock().unwrap();
+        all.retain(|c| !c.is_closed());
+        all.len()
+    }
+
     /// Every open connection goes silent for good: what its client sends
     /// is read and dropped, nothing comes back, and it is never closed.
     pub fn abandon_all(&self) {

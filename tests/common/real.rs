@@ -187,10 +187,17 @@ impl Real {
     /// The client `node`'s agent runs with: its own token, kube's retry
     /// of 429s off and its User-Agent (see `cluster::agent_config`).
     pub async fn agent_client(&self, node: &str) -> kube::Client {
-        let kubeconfig = self.agent_kubeconfig(node);
+        self.agent_client_to(node, &self.server()).await
+    }
+
+    /// [`Real::agent_client`] reaching the API server at `server` (a proxy
+    /// in between).
+    pub async fn agent_client_to(&self, node: &str, server: &str) -> kube::Client {
+        let kubeconfig = self.agent_kubeconfig_to(node, server);
         let config = config_from(kubeconfig.path()).await;
-        kube::Client::try_from(maintd::cluster::agent_config(config, node))
+        maintd::client::builder(maintd::cluster::agent_config(config, node))
             .expect("a client for the agent")
+            .build()
     }
 
     /// A KWOK node named `name` with `labels`, Ready (KWOK plays its
