@@ -33,6 +33,11 @@
 //!     turn: 200 ms gives a quick run whose ratio says how much those
 //!     costs are, not what a fleet would see.
 //!
+//!     `MAINTD_SCALE_API_PRIORITY=1` (real control plane only) installs
+//!     deploy/ with its api-priority component, as an operator of a large
+//!     fleet would: the agents' requests go to maintd's own FlowSchema and
+//!     priority level instead of `workload-low`.
+//!
 //! On the simulator (N = 10, 100 and 1,000 unless `MAINTD_SCALE_NODES`
 //! says otherwise), per N: requests per agent per minute (idle), requests,
 //! watch events and bytes received per agent (idle and rolling reboot),
@@ -104,6 +109,8 @@ pub struct Settings {
     pub ahead: usize,
     pub orders: usize,
     pub reboot_ms: u64,
+    /// deploy/api-priority/ installed with deploy/ (real control plane).
+    pub api_priority: bool,
 }
 
 /// A number from the environment within `range`, or `default`; panics
@@ -151,6 +158,7 @@ impl Settings {
                 DEFAULT_REBOOT_MS,
                 "milliseconds, 10 to 600000",
             ),
+            api_priority: env_number("MAINTD_SCALE_API_PRIORITY", 0..=1, 0, "0 or 1") == 1,
         }
     }
 }
@@ -291,7 +299,12 @@ fn main_real(settings: &Settings) {
     let mut queue: VecDeque<usize> = nodes("100,1000,5000").into();
     while let Some(n) = queue.pop_front() {
         eprintln!(
-            "N={n} on the real control plane; load average {}",
+            "N={n} on the real control plane{}; load average {}",
+            if settings.api_priority {
+                ", deploy/ with deploy/api-priority/"
+            } else {
+                ""
+            },
             cluster::load_average()
         );
         let row: real::RealRow = match run_apart("real", n, settings.pods, settings.idle_secs) {

@@ -284,7 +284,7 @@ fn listed(v: &[f64], digits: usize) -> String {
 /// One drain by `who` on a control plane of its own with the scenario.
 async fn one(who: &str) -> Drained {
     let cp = ControlPlane::up("drain").unwrap_or_else(|e| panic!("{e}"));
-    cp.install_deploy()
+    cp.install_deploy_with(None)
         .unwrap_or_else(|e| panic!("installing deploy/: {e}"));
     let admin = cp.admin().await;
     scenario::create(&cp, &admin).await;

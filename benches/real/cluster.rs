@@ -98,12 +98,23 @@ impl ControlPlane {
 
     /// deploy/ as `kubectl apply -k deploy/` installs it (CRDs, namespace,
     /// ServiceAccount, RBAC, the node confinement policy), without the
-    /// DaemonSet; returns once its resources are served.
-    pub fn install_deploy(&self) -> Result<(), String> {
-        let rendered = self.kubectl_ok(
-            &["kustomize", &root().join("deploy").to_string_lossy()],
-            None,
-        )?;
+    /// DaemonSet; returns once its resources are served. With `component`
+    /// (such as `api-priority`), deploy/ and that component, as an overlay
+    /// naming both installs them.
+    pub fn install_deploy_with(&self, component: Option<&str>) -> Result<(), String> {
+        let dir = match component {
+            None => root().join("deploy"),
+            Some(c) => {
+                let dir = root().join(format!("target/bench-deploy-with-{c}"));
+                std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                let overlay =
+                    format!("resources:\n  - ../../deploy\ncomponents:\n  - ../../deploy/{c}\n");
+                std::fs::write(dir.join("kustomization.yaml"), overlay)
+                    .map_err(|e| format!("{}: {e}", dir.display()))?;
+                dir
+            }
+        };
+        let rendered = self.kubectl_ok(&["kustomize", &dir.to_string_lossy()], None)?;
         let kept: Vec<&str> = rendered
             .split("\n---\n")
             .filter(|doc| !doc.lines().any(|l| l.trim() == "kind: DaemonSet"))

@@ -33,8 +33,18 @@ pub fn print_real(r: &RealRow, sim: Option<&Row>) {
     let n = r.n as f64;
     println!();
     println!(
-        "N={} on the real control plane: {} bare pods a node + a DaemonSet; cluster up and Ready in {:.0} s, agents up in {:.0} s; load average at start {}, at end {}",
-        r.n, r.pods_per_node, r.setup_secs, r.agents_start_secs, r.load_start, r.load_end
+        "N={} on the real control plane: {} bare pods a node + a DaemonSet; deploy/{}; cluster up and Ready in {:.0} s, agents up in {:.0} s; load average at start {}, at end {}",
+        r.n,
+        r.pods_per_node,
+        if r.api_priority {
+            " with deploy/api-priority/ (maintd's own priority level)"
+        } else {
+            " (agents in workload-low)"
+        },
+        r.setup_secs,
+        r.agents_start_secs,
+        r.load_start,
+        r.load_end
     );
     println!(
         "    {:<62} {:>12} {:>12} {:>7}",

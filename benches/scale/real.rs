@@ -37,6 +37,9 @@ pub const AGENT_THREAD: &str = "agents";
 pub struct RealRow {
     pub n: usize,
     pub pods_per_node: usize,
+    /// deploy/api-priority/ was installed with deploy/.
+    #[serde(default)]
+    pub api_priority: bool,
     /// Nodes and pods created and Ready, seconds.
     pub setup_secs: f64,
     /// From the first agent started to every NodeDrain written, seconds.
@@ -178,7 +181,8 @@ pub fn run(
     let load_start = crate::cluster::load_average();
     let started = Instant::now();
     let cp = ControlPlane::up("scale").unwrap_or_else(|e| panic!("N={n}: {e}"));
-    cp.install_deploy()
+    let component = settings.api_priority.then_some("api-priority");
+    cp.install_deploy_with(component)
         .unwrap_or_else(|e| panic!("N={n}: installing deploy/: {e}"));
     let admin = bench.block_on(cp.admin());
     let _in_bench = bench.enter();
@@ -398,6 +402,7 @@ pub fn run(
     RealRow {
         n,
         pods_per_node: settings.pods,
+        api_priority: settings.api_priority,
         setup_secs,
         agents_start_secs,
         base,
