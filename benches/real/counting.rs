@@ -26,6 +26,8 @@ pub struct Counts {
     pub conflicts: BTreeMap<String, u64>,
     /// Requests answered 429 Too Many Requests.
     pub throttled: u64,
+    /// The same, by kind and collection (see [`call_of`]).
+    pub throttled_by: BTreeMap<String, u64>,
     /// Bytes of answers' bodies, watch streams included, by resource.
     pub bytes: BTreeMap<String, u64>,
     /// Watch events (lines of a watch stream), bookmarks included.
@@ -112,7 +114,7 @@ where
         let call = call_of(req.method().as_str(), &path, watch);
         let resource = resource_of(&path);
         let counter = self.counter.clone();
-        *counter.lock().calls.entry(call).or_insert(0) += 1;
+        *counter.lock().calls.entry(call.clone()).or_insert(0) += 1;
         let answer = self.inner.call(req);
         Box::pin(async move {
             let resp = answer.await?;
@@ -121,7 +123,10 @@ where
                 let mut c = counter.lock();
                 match status {
                     409 => *c.conflicts.entry(collection_of(&path)).or_insert(0) += 1,
-                    429 => c.throttled += 1,
+                    429 => {
+                        c.throttled += 1;
+                        *c.throttled_by.entry(call).or_insert(0) += 1;
+                    }
                     _ => {}
                 }
                 if watch && status == 200 {

@@ -68,20 +68,21 @@ pub fn print_row(r: &Row) {
 pub fn print_usage_detail(u: &Usage) {
     println!("    drain bytes per agent by resource: {}", u.breakdown());
     println!("    drain requests per agent by kind: {}", u.by_kind());
-    let conflicts: Vec<String> = u
-        .conflicts
-        .iter()
-        .filter(|(_, c)| **c > 0.0)
-        .map(|(p, c)| format!("{p} {c:.2}"))
-        .collect();
-    println!(
-        "    drain conflicts (409) per agent: {}; refused 429: {:.2}",
-        if conflicts.is_empty() {
+    let listed = |m: &std::collections::BTreeMap<String, f64>| {
+        let mut v: Vec<(&String, &f64)> = m.iter().filter(|(_, c)| **c > 0.0).collect();
+        v.sort_by(|a, b| b.1.total_cmp(a.1));
+        let v: Vec<String> = v.iter().map(|(p, c)| format!("{p} {c:.2}")).collect();
+        if v.is_empty() {
             "none".to_string()
         } else {
-            conflicts.join(", ")
-        },
-        u.throttled
+            v.join(", ")
+        }
+    };
+    println!(
+        "    drain conflicts (409) per agent: {}; refused 429: {:.2} ({})",
+        listed(&u.conflicts),
+        u.throttled,
+        listed(&u.throttled_by)
     );
 }
 

@@ -26,6 +26,9 @@ pub struct Usage {
     /// Requests per agent answered 429 Too Many Requests.
     #[serde(default)]
     pub throttled: f64,
+    /// The same, by kind and collection (the real API server's only).
+    #[serde(default)]
+    pub throttled_by: BTreeMap<String, f64>,
 }
 
 fn per_agent<K: Clone + Ord>(m: &BTreeMap<K, u64>, n: usize) -> BTreeMap<K, f64> {
@@ -75,6 +78,7 @@ impl Usage {
             conflicts: per_agent(&c.conflicts, n),
             calls: per_agent(&c.calls, n),
             throttled: c.throttled as f64 / n as f64,
+            throttled_by: per_agent(&c.throttled_by, n),
         }
     }
 
@@ -94,6 +98,7 @@ impl Usage {
             conflicts: minus(self.conflicts, &before.conflicts),
             calls: minus(self.calls, &before.calls),
             throttled: self.throttled - before.throttled,
+            throttled_by: minus(self.throttled_by, &before.throttled_by),
         }
     }
 
