@@ -7,10 +7,8 @@
 
 use crate::common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::fault_proxy::FaultProxy;
 use common::real::{PATIENCE, Real};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
@@ -44,12 +42,7 @@ async fn an_agent_holds_one_connection_and_replaces_a_half_open_one() {
     let admin = real.admin().await;
     let node = "conn-a";
     real.node(&admin, node, json!({})).await;
-    let upstream: SocketAddr = real
-        .server()
-        .trim_start_matches("https://")
-        .parse()
-        .expect("the API server's address");
-    let proxy = FaultProxy::start(upstream).await;
+    let proxy = real.fault_proxy().await;
     let client = real
         .agent_client_to(node, &format!("https://{}", proxy.addr))
         .await;

@@ -144,6 +144,17 @@ impl Real {
             .to_string()
     }
 
+    /// A fault proxy in front of this API server: clients given its
+    /// address reach the API server through it.
+    pub async fn fault_proxy(&self) -> super::fault_proxy::FaultProxy {
+        let upstream: std::net::SocketAddr = self
+            .server()
+            .trim_start_matches("https://")
+            .parse()
+            .expect("the API server's address");
+        super::fault_proxy::FaultProxy::start(upstream).await
+    }
+
     /// [`Real::agent_kubeconfig`] for an agent that reaches the API server
     /// at `server` (a proxy in between): the same certificate is checked.
     pub fn agent_kubeconfig_to(&self, node: &str, server: &str) -> tempfile::NamedTempFile {

@@ -28,14 +28,12 @@ pub mod round;
 pub mod world;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject};
 use serde_json::Value;
 
-use crate::common::fault_proxy::FaultProxy;
 use crate::common::real::Real;
 use checks::Checks;
 use plan::{FAULT_KINDS, Plan};
@@ -129,12 +127,7 @@ pub async fn run(soak: Soak) -> Report {
         .expect("the control plane's start")
         .unwrap_or_else(|why| panic!("the soak's control plane: {why}"));
     let admin = real.admin().await;
-    let upstream: SocketAddr = real
-        .server()
-        .trim_start_matches("https://")
-        .parse()
-        .expect("the API server's address");
-    let proxy = FaultProxy::start(upstream).await;
+    let proxy = real.fault_proxy().await;
     let mut report = Report::default();
     for i in 0..soak.rounds {
         let plan = Plan::draw(soak.seed.wrapping_add(i));
