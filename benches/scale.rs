@@ -66,7 +66,9 @@
 //!
 //! Both panic, with no figures, if the rollout does not finish (1200 s on
 //! the simulator, 1800 s on the real control plane, 1.8 s a node past
-//! 1,000 nodes), if a node was never
+//! 1,000 nodes), if no node reboots or finishes its turn for 600 s
+//! (plus twice the reboot's time) on the real control plane, naming what
+//! the agents' NodeDrains say most often, if a node was never
 //! seen cordoned, if a node was cordoned before every node of a lower
 //! drain order was back in scheduling, if more nodes were unschedulable at
 //! once than slots + cordonAhead, or if the wall time beats its ideal.

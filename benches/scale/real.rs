@@ -175,6 +175,47 @@ fn stop_if_out_of_room(cp: &ControlPlane, n: usize) {
     }
 }
 
+/// How long a rolling reboot may go without a node rebooting or finishing
+/// its turn before the bench calls it stopped: several turns' worth at
+/// any N that moves at all, and a reboot's own time twice over (every
+/// slot's node may be rebooting at once).
+fn stalled_after(reboot: Duration) -> Duration {
+    Duration::from_secs(600) + reboot * 2
+}
+
+/// The three things the NodeDrains of nodes not idle say most often (their
+/// error, or what they wait for), with how many say each: where a
+/// stopped rollout stands, in the agents' words.
+fn what_drains_say(drains: &[Arc<Value>]) -> String {
+    let mut said: std::collections::BTreeMap<String, usize> = Default::default();
+    for d in drains {
+        let st = &d["status"];
+        if st["phase"].as_str().is_none_or(|p| p == "Idle") {
+            continue;
+        }
+        let words = st["lastError"]
+            .as_str()
+            .or(st["waiting"].as_str())
+            .unwrap_or("nothing");
+        let words: String = words.chars().take(160).collect();
+        *said
+            .entry(format!("{} ({words})", st["phase"].as_str().unwrap_or("")))
+            .or_default() += 1;
+    }
+    let mut said: Vec<(String, usize)> = said.into_iter().collect();
+    said.sort_by_key(|(_, c)| std::cmp::Reverse(*c));
+    let top: Vec<String> = said
+        .iter()
+        .take(3)
+        .map(|(w, c)| format!("{c}× {w}"))
+        .collect();
+    if top.is_empty() {
+        "none is past Idle".to_string()
+    } else {
+        top.join("; ")
+    }
+}
+
 /// How long one phase of an N may take before the bench calls it dead
 /// (the cluster's setup, the agents' start, the rolling reboot): 1,800 s
 /// up to 1,000 nodes, and 1.8 s a node beyond, as a rollout through a
@@ -348,6 +389,8 @@ pub fn run(
     let allowed = allowance(n);
     let deadline = Instant::now() + allowed;
     let reboot_after = Duration::from_millis(settings.reboot_ms);
+    let (mut progress, mut moved) = ((0, 0), Instant::now());
+    let stalled = stalled_after(reboot_after);
     loop {
         let all = drains.all();
         if polls.is_multiple_of(20) {
@@ -369,6 +412,21 @@ pub fn run(
         if over {
             break;
         }
+        let now_progress = (watch.done_count(), watch.rebooted_count());
+        if now_progress != progress {
+            (progress, moved) = (now_progress, Instant::now());
+        }
+        assert!(
+            moved.elapsed() < stalled,
+            "N={n}: THE ROLLING REBOOT STOPPED GOING: no node rebooted or finished its turn for {} s: {} of {n} turns done, {} rebooted, {} unschedulable now, {} slots held; what the agents' NodeDrains say: {}; {}. No figures for a dead rollout.",
+            stalled.as_secs(),
+            watch.done_count(),
+            watch.rebooted_count(),
+            watch.unschedulable_now,
+            watch.holders_now().len(),
+            what_drains_say(&all),
+            standing(&cp)
+        );
         assert!(
             Instant::now() < deadline,
             "N={n}: THE ROLLING REBOOT DID NOT FINISH within {} s: {} of {n} turns done, {} rebooted, {} unschedulable now; slot holders now: {:?}; {}. No figures for a dead rollout.",
