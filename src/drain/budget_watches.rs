@@ -427,13 +427,35 @@ impl Ticket {
     /// EvictionsRetry). Asked one after the other, each is answered in
     /// one round trip (Kubernetes 1.37: five sent together under a budget
     /// allowing five were granted over 0.76 s; one at a time, over about
-    /// half that).
+    /// half that). The turn is given up before the answer once the budget's
+    /// watch shows the eviction's own write ([`Ticket::counted`]), or once
+    /// the API server has held it past a moment (a conflict with the
+    /// disruption controller's own write; see the executor's
+    /// `TURN_HELD_AT_MOST`).
     pub async fn turn(&self) -> tokio::sync::OwnedMutexGuard<()> {
         let turn = {
             let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
             tickets.entry(self.budget.clone()).or_default().turn.clone()
         };
         turn.lock_owned().await
+    }
+
+    /// Resolves once the budget's status, as its watch shows it, lists
+    /// `pod` among its `disruptedPods`: the eviction's own write of the
+    /// budget has landed (the pod's deletion and the answer come after
+    /// it), so the next eviction under the budget reads that write and
+    /// cannot conflict with it.
+    pub fn counted(&self, pod: &str) -> impl Future<Output = ()> + use<> {
+        let index = self.index.clone();
+        let (budget, pod) = (self.budget.clone(), pod.to_string());
+        async move {
+            index
+                .wait_until(|i| {
+                    i.get(&budget)
+                        .is_some_and(|b| b["status"]["disruptedPods"].get(&pod).is_some())
+                })
+                .await;
+        }
     }
 
     fn give_back(&self, wake: bool) {
@@ -815,6 +837,43 @@ mod tests {
             w.claim("shop", &who("p"), &labels),
             Claim::Ask(Some(_))
         ));
+    }
+
+    /// The eviction's own write of the budget (its pod listed among the
+    /// disrupted) is what lets the next eviction under the budget go
+    /// before the answer: a status without it, or listing another pod,
+    /// is not.
+    #[tokio::test]
+    async fn an_eviction_is_counted_once_the_budget_lists_its_pod() {
+        let w = watches();
+        let labels = BTreeMap::from([("app".to_string(), "web".to_string())]);
+        let stage = w.hold("shop", None, &who("p"));
+        let web = |rv: &str, disrupted: Value| {
+            json!({
+                "metadata": {"uid": "u-web", "namespace": "shop", "name": "web",
+                             "generation": 1, "resourceVersion": rv},
+                "spec": {"selector": {"matchLabels": {"app": "web"}}},
+                "status": {"disruptionsAllowed": 2, "observedGeneration": 1,
+                           "disruptedPods": disrupted},
+            })
+        };
+        stage.index.upsert(web("5", json!({})));
+        let Claim::Ask(Some(ticket)) = w.claim("shop", &who("a"), &labels) else {
+            panic!("the budget allows two: the pod takes one");
+        };
+        let mut counted = Box::pin(ticket.counted("a"));
+        assert!(futures::poll!(&mut counted).is_pending());
+        stage
+            .index
+            .upsert(web("6", json!({"b": "2026-11-29T07:00:00Z"})));
+        assert!(
+            futures::poll!(&mut counted).is_pending(),
+            "another pod's disruption is not this eviction's"
+        );
+        stage
+            .index
+            .upsert(web("7", json!({"a": "2026-11-29T07:00:01Z"})));
+        assert!(futures::poll!(&mut counted).is_ready());
     }
 
     /// The budget that refused is deleted: nothing holds the pod any more,
