@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::eviction::{DISRUPTED_POD_TIMEOUT_SECS, budget_status};
+use crate::eviction::{DISRUPTED_POD_TIMEOUT_SECS, StatusWriter, budget_status, status_written};
 use crate::meta;
 use crate::resources::{Gr, ResourceDef};
 use crate::select::selector_object_matches;
@@ -101,8 +101,9 @@ pub(super) fn disruption(sim: &SimState, ns: &str) -> Option<Duration> {
             force: false,
             user: None,
         };
+        let at = tokio::time::Instant::now();
         match verbs::update(sim, &def, ns, meta::name(&pdb), Part::Status, new, &writer) {
-            Ok(_) => {}
+            Ok(_) => status_written(sim, meta::uid(&pdb), at, StatusWriter::Controller),
             // The budget changed since it was read (an eviction took a
             // disruption, or its spec moved): recompute from the new one.
             Err(e) if e.code == 409 => sooner(CONFLICT_RETRY),
@@ -164,7 +165,8 @@ fn fail_safe(sim: &SimState, def: &ResourceDef, pdb: &Value, why: &str) {
         user: None,
     };
     // A conflict means the budget moved; its event brings the controller back.
-    let _ = verbs::update(
+    let at = tokio::time::Instant::now();
+    if verbs::update(
         sim,
         def,
         meta::namespace(pdb),
@@ -172,5 +174,9 @@ fn fail_safe(sim: &SimState, def: &ResourceDef, pdb: &Value, why: &str) {
         Part::Status,
         new,
         &writer,
-    );
+    )
+    .is_ok()
+    {
+        status_written(sim, meta::uid(pdb), at, StatusWriter::Controller);
+    }
 }
