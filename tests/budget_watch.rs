@@ -244,16 +244,10 @@ async fn a_pod_its_budget_never_allows_is_asked_at_most_every_30_seconds() {
     agent.stop().await;
 }
 
-/// A budget that allows three web pods to go at once: the agent asks for
-/// them one after the other, each as soon as the last was answered, so
-/// none is refused a conflict by the API server and made to wait its
-/// half-second retry (the simulator makes an eviction that raced another
-/// for the same budget's status wait, as Kubernetes does).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn evictions_under_one_budget_are_asked_one_at_a_time() {
-    let sim = scenario("small.yaml").await;
-    let client = sim.client();
-    web_budget_min_available(&client, 0).await;
+/// Makes the web budget allow its three pods to go at once, and waits
+/// until its status says so.
+async fn three_web_pods_may_go(client: &kube::Client) {
+    web_budget_min_available(client, 0).await;
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
     eventually("the web budget allows its three pods to go", || {
         let pdbs = pdbs.clone();
@@ -266,6 +260,106 @@ async fn evictions_under_one_budget_are_asked_one_at_a_time() {
         }
     })
     .await;
+}
+
+/// An eviction the API server holds (as it holds one whose write of the
+/// budget's status lost to the disruption controller's, for 500 ms) does
+/// not hold up the other pods its budget allows: they are asked meanwhile,
+/// not once it is answered or its call has timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_the_api_server_holds_does_not_hold_up_the_others_its_budget_allows() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    three_web_pods_may_go(&client).await;
+    // Every eviction of a web pod is answered a minute after it is sent.
+    let faults = &sim.state.faults;
+    faults.commit_late(
+        "/api/v1/namespaces/default/pods/web-",
+        std::time::Duration::from_secs(60),
+    );
+    let agent = start(&sim);
+    taint(&client, "node-a", "maintd.io/drain", Some("")).await;
+    eventually("all three web pods' evictions are sent", || async {
+        faults.held_writes() >= 3
+    })
+    .await;
+    // The first was still unanswered, and none had failed.
+    let failed: Vec<_> = agent
+        .events()
+        .into_iter()
+        .filter(|e| e.event == EventKind::PodError)
+        .collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    agent.stop().await;
+}
+
+/// The simulator, as Kubernetes: an eviction whose budget's status the
+/// disruption controller writes between the eviction's read of it and
+/// its own write loses the race and reads the budget again 500 ms later,
+/// then is granted. (The simulator used to make evictions race only one
+/// another.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_the_disruption_controller_races_is_granted_after_the_retry() {
+    let config = maintd_sim::SimConfig {
+        // Room to make the controller write while the eviction is in it.
+        eviction_window: std::time::Duration::from_secs(5),
+        disruption_lag: std::time::Duration::ZERO,
+        ..maintd_sim::SimConfig::default()
+    };
+    let sim = scenario_with("small.yaml", config).await;
+    let client = sim.client();
+    three_web_pods_may_go(&client).await;
+    let web: Vec<String> = pods_on(&client, "node-a")
+        .await
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .filter(|n| n.starts_with("web-"))
+        .collect();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let evicting = {
+        let (pods, name) = (pods.clone(), web[0].clone());
+        tokio::spawn(async move { pods.evict(&name, &Default::default()).await })
+    };
+    let in_window = || {
+        sim.state
+            .evictions_in_window
+            .load(std::sync::atomic::Ordering::SeqCst)
+    };
+    eventually("the eviction has read its budget", || async {
+        in_window() == 1
+    })
+    .await;
+    // Another web pod goes: the controller writes the budget's status.
+    pods.delete(&web[1], &DeleteParams::default())
+        .await
+        .unwrap();
+    evicting
+        .await
+        .unwrap()
+        .expect("the eviction is granted after its retry");
+    let races = |r: &std::sync::atomic::AtomicU64| r.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(races(&sim.state.controller_races), 1);
+    assert_eq!(races(&sim.state.eviction_races), 0);
+    let evicted = pods
+        .get(&web[0])
+        .await
+        .map(|p| p.metadata.deletion_timestamp.is_some());
+    assert!(
+        !matches!(evicted, Ok(false)),
+        "the evicted pod is on its way out or gone"
+    );
+}
+
+/// A budget that allows three web pods to go at once: the agent asks for
+/// them one after the other, each as soon as the last was answered, so
+/// none is refused a conflict by the API server and made to wait its
+/// half-second retry (the simulator makes an eviction that raced another
+/// for the same budget's status wait, as Kubernetes does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evictions_under_one_budget_are_asked_one_at_a_time() {
+    let sim = scenario("small.yaml").await;
+    let client = sim.client();
+    three_web_pods_may_go(&client).await;
     let agent = start(&sim);
     taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
     agent

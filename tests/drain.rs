@@ -599,52 +599,6 @@ async fn without_a_flag_the_kubelets_static_pod_path_is_followed() {
     agent.stop().await;
 }
 
-/// An eviction the API server holds (as it holds one whose write of the
-/// budget's status lost to the disruption controller's, for 500 ms) does
-/// not hold up the other pods its budget allows: they are asked meanwhile,
-/// not once it is answered or its call has timed out.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_eviction_the_api_server_holds_does_not_hold_up_the_others_its_budget_allows() {
-    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-    let sim = scenario("small.yaml").await;
-    let client = sim.client();
-    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
-    budgets
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"minAvailable": 0}})),
-        )
-        .await
-        .unwrap();
-    eventually("the web budget allows its three pods to go", || async {
-        let b = budgets.get("web").await.unwrap();
-        let status = b.status.unwrap_or_default();
-        status.observed_generation == b.metadata.generation && status.disruptions_allowed == Some(3)
-    })
-    .await;
-    // Every eviction of a web pod is answered a minute after it is sent.
-    let faults = &sim.state.faults;
-    faults.commit_late(
-        "/api/v1/namespaces/default/pods/web-",
-        std::time::Duration::from_secs(60),
-    );
-    let agent = RunningAgent::start(&sim, "node-a", None);
-    taint(&client, "node-a", "maintd.io/drain", Some("")).await;
-    eventually("all three web pods' evictions are sent", || async {
-        faults.held_writes() >= 3
-    })
-    .await;
-    // The first was still unanswered, and none had failed.
-    let failed: Vec<_> = agent
-        .events()
-        .into_iter()
-        .filter(|e| e.event == EventKind::PodError)
-        .collect();
-    assert!(failed.is_empty(), "{failed:?}");
-    agent.stop().await;
-}
-
 /// Without budgets, nothing refuses an eviction: the drain sends exactly
 /// one per pod, and waits for each pod to be gone rather than asking again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -74,7 +74,13 @@ pub(crate) struct Ledger {
     /// Held by the eviction under the budget that is being asked: one at
     /// a time (see `Ticket::turn`).
     turn: Arc<tokio::sync::Mutex<()>>,
+    /// How long this agent's last evictions under the budget took until
+    /// their write of it showed (or their answer came), newest last.
+    recent: std::collections::VecDeque<Duration>,
 }
+
+/// How many of a budget's last evictions [`Ticket::usual`] goes by.
+const RECENT: usize = 8;
 
 struct Taken {
     id: u64,
@@ -429,15 +435,36 @@ impl Ticket {
     /// allowing five were granted over 0.76 s; one at a time, over about
     /// half that). The turn is given up before the answer once the budget's
     /// watch shows the eviction's own write ([`Ticket::counted`]), or once
-    /// the API server has held it past a moment (a conflict with the
-    /// disruption controller's own write; see the executor's
-    /// `TURN_HELD_AT_MOST`).
+    /// the API server has held it well past what the budget's evictions
+    /// usually take (a conflict with the disruption controller's own
+    /// write; see the executor's `turn_held_at_most`).
     pub async fn turn(&self) -> tokio::sync::OwnedMutexGuard<()> {
         let turn = {
             let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
             tickets.entry(self.budget.clone()).or_default().turn.clone()
         };
         turn.lock_owned().await
+    }
+
+    /// Notes how long this eviction took until its write of the budget
+    /// showed, or its answer came.
+    pub fn took(&self, time: Duration) {
+        let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        let recent = &mut tickets.entry(self.budget.clone()).or_default().recent;
+        if recent.len() == RECENT {
+            recent.pop_front();
+        }
+        recent.push_back(time);
+    }
+
+    /// How long this agent's evictions under the budget usually take
+    /// until their write of it shows (the median of the last few), if it
+    /// has sent any.
+    pub fn usual(&self) -> Option<Duration> {
+        let tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut recent: Vec<Duration> = tickets.get(&self.budget)?.recent.iter().copied().collect();
+        recent.sort();
+        recent.get(recent.len() / 2).copied()
     }
 
     /// Resolves once the budget's status, as its watch shows it, lists
@@ -874,6 +901,17 @@ mod tests {
             .index
             .upsert(web("7", json!({"a": "2026-11-29T07:00:01Z"})));
         assert!(futures::poll!(&mut counted).is_ready());
+        // What the budget's evictions usually take: the median of the
+        // last few.
+        assert_eq!(ticket.usual(), None);
+        for ms in [40, 900, 60, 50, 70] {
+            ticket.took(Duration::from_millis(ms));
+        }
+        assert_eq!(ticket.usual(), Some(Duration::from_millis(60)));
+        for _ in 0..RECENT {
+            ticket.took(Duration::from_millis(300));
+        }
+        assert_eq!(ticket.usual(), Some(Duration::from_millis(300)));
     }
 
     /// The budget that refused is deleted: nothing holds the pod any more,

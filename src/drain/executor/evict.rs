@@ -45,10 +45,17 @@ const BUDGET_BACKSTOP: Duration = Duration::from_secs(30);
 /// `Ticket::turn`). An eviction whose write of the budget's status loses
 /// to another write (the disruption controller's, which comes in bursts as
 /// replacements turn Ready) is read again by the API server 500 ms later;
-/// the next pod the budget allows need not wait that out. Kubernetes 1.37 on two busy cores granted evictions in 78 ms
-/// (median of 106); 9 of them took 500 ms or more, and each held up every
-/// pod behind it under its budget.
-const TURN_HELD_AT_MOST: Duration = Duration::from_millis(250);
+/// the next pod the budget allows need not wait that out. Kubernetes 1.37
+/// on two busy cores granted evictions in 120 ms (median of 106); 8 of
+/// them took 400 ms or more, and each held up every pod behind it under
+/// its budget. Three times what the budget's evictions usually take, and
+/// at least 250 ms, so that a slow API server does not make the agent's
+/// own evictions race one another; 1 s before the first is known.
+fn turn_held_at_most(usual: Option<Duration>) -> Duration {
+    usual.map_or(Duration::from_secs(1), |u| {
+        (u * 3).clamp(Duration::from_millis(250), Duration::from_secs(5))
+    })
+}
 
 impl Drainer {
     /// Evicts one pod and waits for it to be gone, retrying refusals.
@@ -272,20 +279,32 @@ impl Drainer {
             tokio::pin!(evicting);
             match (&turn, &ticket) {
                 (Some(_), Some(ticket)) => {
+                    let sent = Instant::now();
                     let counted = ticket.counted(&pod.name);
-                    let given_up = async {
+                    let held = tokio::time::sleep(turn_held_at_most(ticket.usual()));
+                    tokio::pin!(counted, held);
+                    let mut measured = false;
+                    loop {
                         tokio::select! {
-                            () = counted => {}
-                            () = tokio::time::sleep(TURN_HELD_AT_MOST) => {}
-                        }
-                    };
-                    tokio::select! {
-                        biased;
-                        outcome = &mut evicting => outcome,
-                        () = given_up => {
-                            // The next pod of the budget asks meanwhile.
-                            turn = None;
-                            evicting.await
+                            biased;
+                            outcome = &mut evicting => {
+                                if !measured {
+                                    ticket.took(sent.elapsed());
+                                }
+                                break outcome;
+                            }
+                            () = &mut counted, if !measured => {
+                                // Its write landed: the next pod of the
+                                // budget reads it, and cannot race it.
+                                ticket.took(sent.elapsed());
+                                measured = true;
+                                turn = None;
+                            }
+                            () = &mut held, if turn.is_some() => {
+                                // Held inside the API server: the next pod
+                                // of the budget asks meanwhile.
+                                turn = None;
+                            }
                         }
                     }
                 }
@@ -532,8 +551,9 @@ pub(crate) fn blocking_budget(message: &str) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
-    use super::{blocking_budget, finalizers_note};
+    use super::{blocking_budget, finalizers_note, turn_held_at_most};
     use serde_json::json;
+    use std::time::Duration;
 
     #[test]
     fn the_blocking_budget_is_read_from_the_api_message() {
@@ -565,5 +585,17 @@ mod tests {
             finalizers_note(&json!({"metadata": {"finalizers": "x"}})),
             ""
         );
+    }
+
+    /// An eviction gives its budget's turn up unanswered only well past
+    /// what the budget's evictions usually take: never sooner than 250 ms,
+    /// nor later than 5 s, and after 1 s before the first is known.
+    #[test]
+    fn the_turn_is_held_three_times_the_usual_within_bounds() {
+        let ms = Duration::from_millis;
+        assert_eq!(turn_held_at_most(None), ms(1_000));
+        assert_eq!(turn_held_at_most(Some(ms(10))), ms(250));
+        assert_eq!(turn_held_at_most(Some(ms(200))), ms(600));
+        assert_eq!(turn_held_at_most(Some(ms(3_000))), ms(5_000));
     }
 }
