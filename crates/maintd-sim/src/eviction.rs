@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::errors::ApiError;
 use super::meta;
-use super::resources::Gr;
+use super::resources::{Gr, ResourceDef};
 use super::select::selector_object_matches;
 use super::state::SimState;
 use super::store::Store;
@@ -61,19 +61,33 @@ pub enum StatusWriter {
     Controller,
 }
 
-/// Notes that `writer` wrote the status of budget `uid` `at` (see
-/// [`wait_turn`]): a time taken before the write, since its watchers may
-/// hear of it, and answer it, before this is called.
-pub(crate) fn status_written(
+/// Writes budget `pdb`'s status as `new` (conditional on the version it
+/// was read at), and notes the write for the evictions racing it (see
+/// [`wait_turn`]) at a time taken before it: its watchers may hear of it,
+/// and answer it, before the write returns.
+pub(crate) fn write_status(
     sim: &SimState,
-    uid: &str,
-    at: tokio::time::Instant,
-    writer: StatusWriter,
-) {
+    def: &ResourceDef,
+    pdb: &Value,
+    new: Value,
+    writer: &Writer,
+    by: StatusWriter,
+) -> Result<std::sync::Arc<Value>, ApiError> {
+    let at = tokio::time::Instant::now();
+    let written = verbs::update(
+        sim,
+        def,
+        meta::namespace(pdb),
+        meta::name(pdb),
+        Part::Status,
+        new,
+        writer,
+    )?;
     sim.status_writes
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(uid.to_string(), (at, writer));
+        .insert(meta::uid(pdb).to_string(), (at, by));
+    Ok(written)
 }
 
 /// Waits as an API server makes an eviction wait that raced another write
@@ -207,20 +221,8 @@ pub fn evict(sim: &SimState, ns: &str, name: &str, body: &Value) -> Result<(), A
         let updated = decremented(&pdb, name, &meta::now_time());
         // Conflict-checked on the status read above: of two evictions that
         // read the same status, one wins and the other reads again.
-        let at = tokio::time::Instant::now();
-        match verbs::update(
-            sim,
-            &def,
-            ns,
-            meta::name(&pdb),
-            Part::Status,
-            updated,
-            &writer,
-        ) {
-            Ok(_) => {
-                status_written(sim, meta::uid(&pdb), at, StatusWriter::Eviction);
-                break;
-            }
+        match write_status(sim, &def, &pdb, updated, &writer, StatusWriter::Eviction) {
+            Ok(_) => break,
             Err(e) if e.code == 409 && attempt < CONFLICT_RETRIES => attempt += 1,
             Err(e) if e.code == 409 => {
                 return Err(ApiError::timeout(format!(

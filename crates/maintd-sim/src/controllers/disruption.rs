@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::eviction::{DISRUPTED_POD_TIMEOUT_SECS, StatusWriter, budget_status, status_written};
+use crate::eviction::{DISRUPTED_POD_TIMEOUT_SECS, StatusWriter, budget_status, write_status};
 use crate::meta;
 use crate::resources::{Gr, ResourceDef};
 use crate::select::selector_object_matches;
 use crate::state::SimState;
-use crate::verbs::{self, Part, Writer};
+use crate::verbs::Writer;
 
 /// How soon to look again at a budget whose status write lost a race.
 const CONFLICT_RETRY: Duration = Duration::from_millis(20);
@@ -101,9 +101,8 @@ pub(super) fn disruption(sim: &SimState, ns: &str) -> Option<Duration> {
             force: false,
             user: None,
         };
-        let at = tokio::time::Instant::now();
-        match verbs::update(sim, &def, ns, meta::name(&pdb), Part::Status, new, &writer) {
-            Ok(_) => status_written(sim, meta::uid(&pdb), at, StatusWriter::Controller),
+        match write_status(sim, &def, &pdb, new, &writer, StatusWriter::Controller) {
+            Ok(_) => {}
             // The budget changed since it was read (an eviction took a
             // disruption, or its spec moved): recompute from the new one.
             Err(e) if e.code == 409 => sooner(CONFLICT_RETRY),
@@ -165,18 +164,5 @@ fn fail_safe(sim: &SimState, def: &ResourceDef, pdb: &Value, why: &str) {
         user: None,
     };
     // A conflict means the budget moved; its event brings the controller back.
-    let at = tokio::time::Instant::now();
-    if verbs::update(
-        sim,
-        def,
-        meta::namespace(pdb),
-        meta::name(pdb),
-        Part::Status,
-        new,
-        &writer,
-    )
-    .is_ok()
-    {
-        status_written(sim, meta::uid(pdb), at, StatusWriter::Controller);
-    }
+    let _ = write_status(sim, def, pdb, new, &writer, StatusWriter::Controller);
 }
