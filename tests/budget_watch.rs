@@ -293,6 +293,83 @@ async fn an_eviction_the_api_server_holds_does_not_hold_up_the_others_its_budget
     agent.stop().await;
 }
 
+/// An eviction of a web pod, sent by hand, that has read its budget and
+/// not written it back yet: the simulator holds it there for five
+/// seconds (its eviction window), room for another write of the budget.
+struct Racing {
+    sim: SimCluster,
+    pods: Api<Pod>,
+    web: Vec<String>,
+    evicting: tokio::task::JoinHandle<kube::Result<kube::core::response::Status>>,
+}
+
+impl Racing {
+    async fn start() -> Racing {
+        let config = maintd_sim::SimConfig {
+            eviction_window: std::time::Duration::from_secs(5),
+            disruption_lag: std::time::Duration::ZERO,
+            ..maintd_sim::SimConfig::default()
+        };
+        let sim = scenario_with("small.yaml", config).await;
+        let client = sim.client();
+        three_web_pods_may_go(&client).await;
+        let web: Vec<String> = pods_on(&client, "node-a")
+            .await
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .filter(|n| n.starts_with("web-"))
+            .collect();
+        let pods: Api<Pod> = Api::namespaced(client, "default");
+        let evicting = {
+            let (pods, name) = (pods.clone(), web[0].clone());
+            tokio::spawn(async move { pods.evict(&name, &Default::default()).await })
+        };
+        let sim_state = sim.state.clone();
+        eventually("the eviction has read its budget", || {
+            let state = sim_state.clone();
+            async move {
+                state
+                    .evictions_in_window
+                    .load(std::sync::atomic::Ordering::SeqCst)
+                    == 1
+            }
+        })
+        .await;
+        Racing {
+            sim,
+            pods,
+            web,
+            evicting,
+        }
+    }
+
+    /// Waits for the eviction's answer: granted, after the one retry the
+    /// race cost it, and lost to whom (evictions, the disruption
+    /// controller, anyone else).
+    async fn granted(self) -> (u64, u64, u64) {
+        self.evicting
+            .await
+            .unwrap()
+            .expect("the eviction is granted after its retry");
+        let evicted = self
+            .pods
+            .get(&self.web[0])
+            .await
+            .map(|p| p.metadata.deletion_timestamp.is_some());
+        assert!(
+            !matches!(evicted, Ok(false)),
+            "the evicted pod is on its way out or gone"
+        );
+        let races = |r: &std::sync::atomic::AtomicU64| r.load(std::sync::atomic::Ordering::SeqCst);
+        let s = &self.sim.state;
+        (
+            races(&s.eviction_races),
+            races(&s.controller_races),
+            races(&s.other_races),
+        )
+    }
+}
+
 /// The simulator, as Kubernetes: an eviction whose budget's status the
 /// disruption controller writes between the eviction's read of it and
 /// its own write loses the race and reads the budget again 500 ms later,
@@ -300,54 +377,32 @@ async fn an_eviction_the_api_server_holds_does_not_hold_up_the_others_its_budget
 /// another.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eviction_the_disruption_controller_races_is_granted_after_the_retry() {
-    let config = maintd_sim::SimConfig {
-        // Room to make the controller write while the eviction is in it.
-        eviction_window: std::time::Duration::from_secs(5),
-        disruption_lag: std::time::Duration::ZERO,
-        ..maintd_sim::SimConfig::default()
-    };
-    let sim = scenario_with("small.yaml", config).await;
-    let client = sim.client();
-    three_web_pods_may_go(&client).await;
-    let web: Vec<String> = pods_on(&client, "node-a")
-        .await
-        .into_iter()
-        .filter_map(|p| p.metadata.name)
-        .filter(|n| n.starts_with("web-"))
-        .collect();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let evicting = {
-        let (pods, name) = (pods.clone(), web[0].clone());
-        tokio::spawn(async move { pods.evict(&name, &Default::default()).await })
-    };
-    let in_window = || {
-        sim.state
-            .evictions_in_window
-            .load(std::sync::atomic::Ordering::SeqCst)
-    };
-    eventually("the eviction has read its budget", || async {
-        in_window() == 1
-    })
-    .await;
+    let racing = Racing::start().await;
     // Another web pod goes: the controller writes the budget's status.
-    pods.delete(&web[1], &DeleteParams::default())
+    racing
+        .pods
+        .delete(&racing.web[1], &DeleteParams::default())
         .await
         .unwrap();
-    evicting
-        .await
-        .unwrap()
-        .expect("the eviction is granted after its retry");
-    let races = |r: &std::sync::atomic::AtomicU64| r.load(std::sync::atomic::Ordering::SeqCst);
-    assert_eq!(races(&sim.state.controller_races), 1);
-    assert_eq!(races(&sim.state.eviction_races), 0);
-    let evicted = pods
-        .get(&web[0])
-        .await
-        .map(|p| p.metadata.deletion_timestamp.is_some());
-    assert!(
-        !matches!(evicted, Ok(false)),
-        "the evicted pod is on its way out or gone"
-    );
+    assert_eq!(racing.granted().await, (0, 1, 0));
+}
+
+/// The simulator, as Kubernetes: the eviction's write of its budget is
+/// conditional on the version it read, so any write of the budget in
+/// between costs it the retry, not only the controller's and other
+/// evictions': here an operator labels the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_whose_budget_is_edited_meanwhile_is_granted_after_the_retry() {
+    let racing = Racing::start().await;
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(racing.sim.client(), "default");
+    pdbs.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"team": "shop"}}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(racing.granted().await, (0, 0, 1));
 }
 
 /// A budget that allows three web pods to go at once: the agent asks for

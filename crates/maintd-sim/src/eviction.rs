@@ -62,9 +62,8 @@ pub enum StatusWriter {
 }
 
 /// Writes budget `pdb`'s status as `new` (conditional on the version it
-/// was read at), and notes the write for the evictions racing it (see
-/// [`wait_turn`]) at a time taken before it: its watchers may hear of it,
-/// and answer it, before the write returns.
+/// was read at), and notes who wrote that version, so that an eviction
+/// that loses its race to it can be told apart (see [`wait_turn`]).
 pub(crate) fn write_status(
     sim: &SimState,
     def: &ResourceDef,
@@ -73,7 +72,6 @@ pub(crate) fn write_status(
     writer: &Writer,
     by: StatusWriter,
 ) -> Result<std::sync::Arc<Value>, ApiError> {
-    let at = tokio::time::Instant::now();
     let written = verbs::update(
         sim,
         def,
@@ -86,7 +84,10 @@ pub(crate) fn write_status(
     sim.status_writes
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(meta::uid(pdb).to_string(), (at, by));
+        .insert(
+            meta::uid(pdb).to_string(),
+            (meta::rv(&written).to_string(), by),
+        );
     Ok(written)
 }
 
@@ -102,12 +103,13 @@ pub(crate) fn write_status(
 /// after they were sent; in a drain of the realistic scenario, 8 of 106
 /// evictions sent one at a time took 400 ms or more, most of them sent as
 /// replacements turned Ready and the controller wrote the status again.
-/// Here the store's lock orders the writers, so the race is decided by
-/// time: an eviction read its budget when it `arrived`, and writes it
-/// back the config's `eviction_window` later; a write of the status in
-/// between lost it the race, and it waits the backoff before it reads
-/// again. Requests that arrive together are let in first (a yield), as
-/// the API server's handlers run side by side.
+/// Here an eviction reads its budget's resourceVersion when it `arrived`
+/// and compares it the config's `eviction_window` later, where it would
+/// write: any write of the budget in between (another eviction's, the
+/// disruption controller's, anyone's edit of it) lost it the race, and it
+/// waits the backoff before it reads again. Requests that arrive together
+/// are let in first (a yield), as the API server's handlers run side by
+/// side.
 pub async fn wait_turn(sim: &SimState, ns: &str, name: &str, read: tokio::time::Instant) {
     /// Counts the eviction out when it is done, or dropped (its client
     /// went away).
@@ -123,35 +125,43 @@ pub async fn wait_turn(sim: &SimState, ns: &str, name: &str, read: tokio::time::
     race(sim, ns, name, read).await;
 }
 
+/// The uid and resourceVersion of the budget guarding pod `ns/name`, if
+/// one does.
+fn budget_version(sim: &SimState, ns: &str, name: &str) -> Option<(String, String)> {
+    let store = sim.store();
+    let pod = store.get(&Gr::pods(), ns, name)?;
+    let pdb = budget_of(&store, &pod).ok()??;
+    Some((meta::uid(&pdb).to_string(), meta::rv(&pdb).to_string()))
+}
+
 async fn race(sim: &SimState, ns: &str, name: &str, mut read: tokio::time::Instant) {
+    let mut seen = budget_version(sim, ns, name);
     tokio::task::yield_now().await;
     for _ in 0..CONFLICT_RETRIES {
         tokio::time::sleep_until(read + sim.config.eviction_window).await;
-        let written = {
-            let store = sim.store();
-            let Some(pod) = store.get(&Gr::pods(), ns, name) else {
-                return;
-            };
-            match budget_of(&store, &pod) {
-                Ok(Some(pdb)) => sim
+        let now = budget_version(sim, ns, name);
+        match (&seen, &now) {
+            (Some((uid, was)), Some((still, rv))) if uid == still && was != rv => {
+                let last = sim
                     .status_writes
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .get(meta::uid(&pdb))
-                    .copied(),
-                _ => None,
-            }
-        };
-        match written {
-            Some((at, by)) if at > read => {
-                let races = match by {
-                    StatusWriter::Eviction => &sim.eviction_races,
-                    StatusWriter::Controller => &sim.controller_races,
+                    .get(uid)
+                    .cloned();
+                let races = match last {
+                    Some((written, StatusWriter::Eviction)) if written == *rv => {
+                        &sim.eviction_races
+                    }
+                    Some((written, StatusWriter::Controller)) if written == *rv => {
+                        &sim.controller_races
+                    }
+                    _ => &sim.other_races,
                 };
                 races.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let jitter = rand::random_range(0.0..0.1);
                 tokio::time::sleep(CONFLICT_BACKOFF.mul_f64(1.0 + jitter)).await;
                 read = tokio::time::Instant::now();
+                seen = budget_version(sim, ns, name);
             }
             _ => return,
         }

@@ -57,6 +57,12 @@ pub fn namespace(obj: &Value) -> &str {
     obj["metadata"]["namespace"].as_str().unwrap_or_default()
 }
 
+pub fn rv(obj: &Value) -> &str {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+}
+
 pub fn uid(obj: &Value) -> &str {
     obj["metadata"]["uid"].as_str().unwrap_or_default()
 }

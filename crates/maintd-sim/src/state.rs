@@ -98,12 +98,12 @@ pub struct SimState {
     /// A token with an admin's rights (`system:masters`), as kubeadm's
     /// admin.conf carries: what tests, the demo and kubectl act with.
     pub admin_token: String,
-    /// When each budget's status was last written (by the budget's uid),
-    /// and whether by an eviction (else by the disruption controller): an
-    /// eviction under it that read it before then lost the race for that
-    /// status (see `eviction::wait_turn`).
+    /// The resourceVersion each budget's status was last written at (by
+    /// the budget's uid), and whether by an eviction or the disruption
+    /// controller: whom an eviction that lost the race for its budget
+    /// lost it to (see `eviction::wait_turn`).
     pub(crate) status_writes: std::sync::Mutex<
-        std::collections::HashMap<String, (tokio::time::Instant, crate::eviction::StatusWriter)>,
+        std::collections::HashMap<String, (String, crate::eviction::StatusWriter)>,
     >,
     /// Evictions that lost the race for their budget's status to another
     /// eviction and waited the API server's backoff before reading it
@@ -111,6 +111,9 @@ pub struct SimState {
     pub eviction_races: std::sync::atomic::AtomicU64,
     /// The same, lost to the disruption controller's write.
     pub controller_races: std::sync::atomic::AtomicU64,
+    /// The same, lost to any other write of the budget (its spec or
+    /// labels edited, another client's write of its status).
+    pub other_races: std::sync::atomic::AtomicU64,
     /// Evictions between reading their budget and writing it back (or
     /// waiting to read it again) now.
     pub evictions_in_window: std::sync::atomic::AtomicUsize,
@@ -144,6 +147,7 @@ impl SimState {
             status_writes: Default::default(),
             eviction_races: Default::default(),
             controller_races: Default::default(),
+            other_races: Default::default(),
             evictions_in_window: Default::default(),
         });
         // Every cluster has these namespaces and priority classes.
