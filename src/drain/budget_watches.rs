@@ -433,11 +433,12 @@ impl Ticket {
     /// EvictionsRetry). Asked one after the other, each is answered in
     /// one round trip (Kubernetes 1.37: five sent together under a budget
     /// allowing five were granted over 0.76 s; one at a time, over about
-    /// half that). The turn is given up before the answer once the budget's
-    /// watch shows the eviction's own write ([`Ticket::counted`]), or once
-    /// the API server has held it well past what the budget's evictions
-    /// usually take (a conflict with the disruption controller's own
-    /// write; see the executor's `turn_held_at_most`).
+    /// half that). The turn passes on once the budget's watch shows the
+    /// eviction's own write ([`Ticket::counted`]) and then no write for a
+    /// moment ([`Ticket::still_for`]: the disruption controller's answers
+    /// to it), or once the API server has held the eviction well past
+    /// what the budget's evictions usually take (a conflict with the
+    /// controller's own write; see the executor's `turn_held_at_most`).
     pub async fn turn(&self) -> tokio::sync::OwnedMutexGuard<()> {
         let turn = {
             let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
@@ -471,7 +472,7 @@ impl Ticket {
     /// `pod` among its `disruptedPods`: the eviction's own write of the
     /// budget has landed (the pod's deletion and the answer come after
     /// it), so the next eviction under the budget reads that write and
-    /// cannot conflict with it.
+    /// cannot conflict with it (only with what answers it).
     pub fn counted(&self, pod: &str) -> impl Future<Output = ()> + use<> {
         let index = self.index.clone();
         let (budget, pod) = (self.budget.clone(), pod.to_string());
@@ -482,6 +483,45 @@ impl Ticket {
                         .is_some_and(|b| b["status"]["disruptedPods"].get(&pod).is_some())
                 })
                 .await;
+        }
+    }
+
+    /// Resolves once the budget's status has not changed for `quiet`.
+    /// After an eviction's write, the disruption controller writes the
+    /// status again (it drops the pod from `disruptedPods` once it sees it
+    /// deleted, once or twice within a few tens of milliseconds); the next
+    /// eviction sent into those writes is refused a conflict and read
+    /// again 500 ms later.
+    pub fn still_for(&self, quiet: Duration) -> impl Future<Output = ()> + Send + use<> {
+        let index = self.index.clone();
+        let budget = self.budget.clone();
+        async move {
+            let version = |i: &Index| {
+                i.get(&budget).and_then(|b| {
+                    b["metadata"]["resourceVersion"]
+                        .as_str()
+                        .map(str::to_string)
+                })
+            };
+            loop {
+                let mut changes = index.changes();
+                let seen = version(&index);
+                let idle = tokio::time::sleep(quiet);
+                tokio::pin!(idle);
+                loop {
+                    tokio::select! {
+                        () = &mut idle => return,
+                        changed = changes.changed() => {
+                            if changed.is_err() {
+                                return;
+                            }
+                            if version(&index) != seen {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -912,6 +952,38 @@ mod tests {
             ticket.took(Duration::from_millis(300));
         }
         assert_eq!(ticket.usual(), Some(Duration::from_millis(300)));
+    }
+
+    /// The turn passes on once the budget's status has stood still for a
+    /// while: every write (the eviction's, the disruption controller's
+    /// answers to it) starts the wait again; another budget's does not.
+    #[tokio::test(start_paused = true)]
+    async fn a_budget_is_still_once_no_write_came_for_a_while() {
+        let w = watches();
+        let labels = BTreeMap::from([("app".to_string(), "web".to_string())]);
+        let stage = w.hold("shop", None, &who("p"));
+        let budget = |name: &str, rv: &str| {
+            json!({
+                "metadata": {"uid": format!("u-{name}"), "namespace": "shop", "name": name,
+                             "generation": 1, "resourceVersion": rv},
+                "spec": {"selector": {"matchLabels": {"app": name}}},
+                "status": {"disruptionsAllowed": 2, "observedGeneration": 1},
+            })
+        };
+        stage.index.upsert(budget("web", "5"));
+        let Claim::Ask(Some(ticket)) = w.claim("shop", &who("a"), &labels) else {
+            panic!("the budget allows two: the pod takes one");
+        };
+        let quiet = Duration::from_millis(25);
+        let still = tokio::spawn(ticket.still_for(quiet));
+        let step = |ms| tokio::time::sleep(Duration::from_millis(ms));
+        step(15).await;
+        stage.index.upsert(budget("web", "6"));
+        step(20).await;
+        stage.index.upsert(budget("db", "7"));
+        assert!(!still.is_finished(), "written 20 ms ago");
+        step(10).await;
+        assert!(still.is_finished(), "nothing written to it for 30 ms");
     }
 
     /// The budget that refused is deleted: nothing holds the pod any more,

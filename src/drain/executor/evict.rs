@@ -40,6 +40,17 @@ const OVERDUE_AFTER_GRACE: Duration = Duration::from_secs(5);
 /// 5,000 refused evictions a second). Jittered, from this to half again.
 const BUDGET_BACKSTOP: Duration = Duration::from_secs(30);
 
+/// How long a budget's status stays unchanged after an eviction's write
+/// before the next eviction under it is sent, and how long after the
+/// answer that is waited for at most. Kubernetes 1.37's disruption
+/// controller wrote a budget's status again 4 ms after an eviction's write
+/// and often once more within 40 ms (it drops the pod from
+/// `disruptedPods` once it sees it deleted); an eviction whose own write
+/// lands among those is refused a conflict and read again 500 ms later.
+const BUDGET_STILL: Duration = Duration::from_millis(25);
+/// (See `BUDGET_STILL`.)
+const BUDGET_STILL_AT_MOST: Duration = Duration::from_millis(150);
+
 /// How long an eviction under a budget keeps the next one under the same
 /// budget waiting when the budget's watch has not shown its write yet (see
 /// `Ticket::turn`). An eviction whose write of the budget's status loses
@@ -281,8 +292,16 @@ impl Drainer {
                 (Some(_), Some(ticket)) => {
                     let sent = Instant::now();
                     let counted = ticket.counted(&pod.name);
+                    let settled = {
+                        let (counted, still) =
+                            (ticket.counted(&pod.name), ticket.still_for(BUDGET_STILL));
+                        async move {
+                            counted.await;
+                            still.await;
+                        }
+                    };
                     let held = tokio::time::sleep(turn_held_at_most(ticket.usual()));
-                    tokio::pin!(counted, held);
+                    tokio::pin!(counted, settled, held);
                     let mut measured = false;
                     loop {
                         tokio::select! {
@@ -294,10 +313,13 @@ impl Drainer {
                                 break outcome;
                             }
                             () = &mut counted, if !measured => {
-                                // Its write landed: the next pod of the
-                                // budget reads it, and cannot race it.
                                 ticket.took(sent.elapsed());
                                 measured = true;
+                            }
+                            () = &mut settled, if turn.is_some() => {
+                                // Its write landed and the disruption
+                                // controller's answers to it with it: the
+                                // next pod of the budget reads them all.
                                 turn = None;
                             }
                             () = &mut held, if turn.is_some() => {
@@ -323,6 +345,17 @@ impl Drainer {
         // count a granted eviction yet; refused by the budget, the pod
         // waits for the next status. Any other outcome gives it back, to
         // this pod's next ask or to another's.
+        // Granted before its write and the answers to it were seen to
+        // settle: the turn passes on once they have, or soon regardless.
+        if let (Some(held), Some(ticket), EvictionOutcome::Evicted) =
+            (turn.take(), &ticket, &outcome)
+        {
+            let still = ticket.still_for(BUDGET_STILL);
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(BUDGET_STILL_AT_MOST, still).await;
+                drop(held);
+            });
+        }
         if let Some(ticket) = ticket {
             match &outcome {
                 EvictionOutcome::Evicted => ticket.granted(),
