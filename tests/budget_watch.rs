@@ -336,6 +336,52 @@ async fn the_next_eviction_under_a_budget_waits_for_the_controllers_answer_to_th
     agent.stop().await;
 }
 
+/// The simulator, as Kubernetes 1.37: an eviction of a running pod reads
+/// the namespace's budgets from the API server's watch cache once the
+/// cache has caught up with etcd, which it learns at its next progress
+/// answer (every 100 ms while a read waits) or from a write of a budget
+/// that reaches it first. Here the answers are an hour apart: the
+/// eviction waits until an operator labels the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_reads_its_budget_once_the_api_servers_cache_has_caught_up() {
+    let config = maintd_sim::SimConfig {
+        cache_progress: std::time::Duration::from_secs(3600),
+        disruption_lag: std::time::Duration::ZERO,
+        ..maintd_sim::SimConfig::default()
+    };
+    let sim = scenario_with("small.yaml", config).await;
+    let client = sim.client();
+    three_web_pods_may_go(&client).await;
+    let web = first_web_pod(&client).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let evicting = tokio::spawn(async move { pods.evict(&web, &Default::default()).await });
+    // Watching for what must not happen takes time: a bounded pause.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        !evicting.is_finished(),
+        "answered before its read was served"
+    );
+    assert_eq!(
+        sim.state
+            .evictions_in_window
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "read its budget before the cache caught up"
+    );
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client, "default");
+    pdbs.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"team": "shop"}}})),
+    )
+    .await
+    .unwrap();
+    evicting
+        .await
+        .unwrap()
+        .expect("granted once the budget's write reached the cache");
+}
+
 /// An eviction of a web pod, sent by hand, that has read its budget and
 /// not written it back yet: the simulator holds it there for five
 /// seconds (its eviction window), room for another write of the budget.

@@ -103,14 +103,16 @@ pub(crate) fn write_status(
 /// after they were sent; in a drain of the realistic scenario, 8 of 106
 /// evictions sent one at a time took 400 ms or more, most of them sent as
 /// replacements turned Ready and the controller wrote the status again.
-/// Here an eviction reads its budget's resourceVersion when it `arrived`
-/// and compares it the config's `eviction_window` later, where it would
-/// write: any write of the budget in between (another eviction's, the
+/// Here an eviction reads its budget's resourceVersion once its read is
+/// served (see [`fresh_cache`]) and compares it the config's
+/// `eviction_window` later, where it would write: any write of the budget in between (another eviction's, the
 /// disruption controller's, anyone's edit of it) lost it the race, and it
 /// waits the backoff before it reads again. Requests that arrive together
 /// are let in first (a yield), as the API server's handlers run side by
 /// side.
-pub async fn wait_turn(sim: &SimState, ns: &str, name: &str, read: tokio::time::Instant) {
+pub async fn wait_turn(sim: &SimState, ns: &str, name: &str) {
+    fresh_cache(sim, ns, name).await;
+    let read = tokio::time::Instant::now();
     /// Counts the eviction out when it is done, or dropped (its client
     /// went away).
     struct InWindow<'a>(&'a std::sync::atomic::AtomicUsize);
@@ -123,6 +125,50 @@ pub async fn wait_turn(sim: &SimState, ns: &str, name: &str, read: tokio::time::
         .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let _in = InWindow(&sim.evictions_in_window);
     race(sim, ns, name, read).await;
+}
+
+/// Waits as Kubernetes makes an eviction of a running pod wait before it
+/// reads the namespace's budgets: the read is a consistent list served
+/// from the API server's watch cache once the cache has caught up with
+/// etcd, which it knows at its next progress answer (asked for every
+/// `cache_progress` while a read waits, on one clock for every reader, so
+/// that evictions sent together are served together), or sooner when a
+/// budget's write reaches it.
+async fn fresh_cache(sim: &SimState, ns: &str, name: &str) {
+    let period = sim.config.cache_progress;
+    if period.is_zero() {
+        return;
+    }
+    let (mut writes, lists) = {
+        let mut store = sim.store();
+        let lists = store
+            .get(&Gr::pods(), ns, name)
+            .is_some_and(|pod| pod["status"]["phase"] == "Running" && !meta::is_terminating(&pod));
+        (
+            store.subscribe_route(crate::store::Route::Resource(Gr::pdbs())),
+            lists,
+        )
+    };
+    if !lists {
+        return;
+    }
+    let started = tokio::time::Instant::from_std(sim.started);
+    let now = tokio::time::Instant::now();
+    let since = now.saturating_duration_since(started).as_nanos();
+    let step = period.as_nanos().max(1);
+    let wait = u64::try_from(step - since % step).unwrap_or(0);
+    let answer = tokio::time::sleep(std::time::Duration::from_nanos(wait));
+    tokio::pin!(answer);
+    loop {
+        tokio::select! {
+            () = &mut answer => return,
+            ev = writes.recv() => match ev {
+                Ok(ev) if ev.gr == Gr::pdbs() => return,
+                Ok(_) => {}
+                Err(_) => return,
+            },
+        }
+    }
 }
 
 /// The uid and resourceVersion of the budget guarding pod `ns/name`, if

@@ -203,7 +203,6 @@ fn route(sim: &SimState, server: &str, path: &str) -> Result<Route, ApiError> {
 }
 
 async fn handle(sim: Arc<SimState>, server: &str, req: Request<Incoming>) -> Response<Body> {
-    let arrived = tokio::time::Instant::now();
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let query = parse_query(parts.uri.query());
@@ -261,7 +260,6 @@ async fn handle(sim: Arc<SimState>, server: &str, req: Request<Incoming>) -> Res
     let late = sim.faults.late_commit(&parts.method, &path);
     let resource = resource_of(&path).to_string();
     let req = ReadRequest {
-        arrived,
         method: parts.method,
         headers: parts.headers,
         query,
@@ -319,8 +317,6 @@ fn resource_of(path: &str) -> &str {
 
 /// A request whose body has been read.
 struct ReadRequest {
-    /// When the request came in (before its body was read).
-    arrived: tokio::time::Instant,
     method: Method,
     headers: HeaderMap,
     query: HashMap<String, String>,
@@ -540,7 +536,7 @@ async fn resource(
                     old_object: None,
                     user: &req.user,
                 })?;
-                eviction::wait_turn(sim, &ns, name, req.arrived).await;
+                eviction::wait_turn(sim, &ns, name).await;
                 eviction::evict(sim, &ns, name, &ev)?;
                 Ok((201, success_status(201)))
             }
