@@ -244,6 +244,18 @@ async fn a_pod_its_budget_never_allows_is_asked_at_most_every_30_seconds() {
     agent.stop().await;
 }
 
+/// An operator labels the web budget: a write of it like any other.
+async fn label_web_budget(client: &kube::Client) {
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), "default");
+    pdbs.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"team": "shop"}}})),
+    )
+    .await
+    .unwrap();
+}
+
 /// Makes the web budget allow its three pods to go at once, and waits
 /// until its status says so.
 async fn three_web_pods_may_go(client: &kube::Client) {
@@ -307,9 +319,21 @@ async fn the_next_eviction_under_a_budget_waits_for_the_controllers_answer_to_th
         ..maintd_sim::SimConfig::default()
     };
     let sim = scenario_with("small.yaml", config).await;
+    assert_eq!(
+        races_draining_three_web_pods(&sim).await,
+        (0, 0, 0),
+        "evictions lost to another eviction, the controller, anyone else"
+    );
+}
+
+/// Drains node-a with the agent, its web budget allowing all three web
+/// pods to go, until they are evicted; returns the races their evictions
+/// lost inside the API server: to another eviction, to the disruption
+/// controller, to anyone else.
+async fn races_draining_three_web_pods(sim: &SimCluster) -> (u64, u64, u64) {
     let client = sim.client();
     three_web_pods_may_go(&client).await;
-    let agent = start(&sim);
+    let agent = start(sim);
     taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
     agent
         .wait_for("the three web pods evicted", |evs| {
@@ -322,18 +346,14 @@ async fn the_next_eviction_under_a_budget_waits_for_the_controllers_answer_to_th
                 == 3
         })
         .await;
+    agent.stop().await;
     let races = |r: &std::sync::atomic::AtomicU64| r.load(std::sync::atomic::Ordering::SeqCst);
     let s = &sim.state;
-    assert_eq!(
-        (
-            races(&s.eviction_races),
-            races(&s.controller_races),
-            races(&s.other_races)
-        ),
-        (0, 0, 0),
-        "evictions lost to another eviction, the controller, anyone else"
-    );
-    agent.stop().await;
+    (
+        races(&s.eviction_races),
+        races(&s.controller_races),
+        races(&s.other_races),
+    )
 }
 
 /// The simulator, as Kubernetes 1.37: an eviction of a running pod reads
@@ -368,14 +388,7 @@ async fn an_eviction_reads_its_budget_once_the_api_servers_cache_has_caught_up()
         0,
         "read its budget before the cache caught up"
     );
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client, "default");
-    pdbs.patch(
-        "web",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"team": "shop"}}})),
-    )
-    .await
-    .unwrap();
+    label_web_budget(&client).await;
     evicting
         .await
         .unwrap()
@@ -483,14 +496,7 @@ async fn an_eviction_the_disruption_controller_races_is_granted_after_the_retry(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eviction_whose_budget_is_edited_meanwhile_is_granted_after_the_retry() {
     let racing = Racing::start().await;
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(racing.sim.client(), "default");
-    pdbs.patch(
-        "web",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": {"team": "shop"}}})),
-    )
-    .await
-    .unwrap();
+    label_web_budget(&racing.sim.client()).await;
     assert_eq!(racing.granted().await, (0, 0, 1));
 }
 
@@ -502,27 +508,9 @@ async fn an_eviction_whose_budget_is_edited_meanwhile_is_granted_after_the_retry
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evictions_under_one_budget_are_asked_one_at_a_time() {
     let sim = scenario("small.yaml").await;
-    let client = sim.client();
-    three_web_pods_may_go(&client).await;
-    let agent = start(&sim);
-    taint(&client, "node-a", "maintd.io/drain", Some("kernel")).await;
-    agent
-        .wait_for("the three web pods evicted", |evs| {
-            evs.iter()
-                .filter(|e| {
-                    e.event == EventKind::PodEvicted
-                        && e.pod.as_deref().is_some_and(|p| p.starts_with("web-"))
-                })
-                .count()
-                == 3
-        })
-        .await;
+    let (evictions, _, _) = races_draining_three_web_pods(&sim).await;
     assert_eq!(
-        sim.state
-            .eviction_races
-            .load(std::sync::atomic::Ordering::Relaxed),
-        0,
+        evictions, 0,
         "evictions under the web budget raced one another for its status"
     );
-    agent.stop().await;
 }
