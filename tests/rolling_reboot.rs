@@ -176,6 +176,23 @@ fn granted_evictions(sim: &SimCluster) -> Vec<String> {
         .collect()
 }
 
+/// How the nodes of a rollout reboot in a test: with their agent running
+/// on (`failed_writes` 0), or half of them as a real node does, their
+/// agent dying with them and a new one starting, each node's first
+/// `failed_writes` writes after its reboot failing (its uncordon comes
+/// late).
+#[derive(Clone, Copy)]
+struct Restart {
+    failed_writes: usize,
+}
+
+impl Restart {
+    const NONE: Restart = Restart { failed_writes: 0 };
+    const SLOW: Restart = Restart { failed_writes: 2 };
+    /// Slow enough that the uncordon lands seconds after the reboot.
+    const SLOWER: Restart = Restart { failed_writes: 8 };
+}
+
 /// The updater's part: reboots each node once it is drained and holds its
 /// turn (its boot ID is the one its turn started at), until every node is
 /// done with the object `name` (uid `uid`). With `restart`, the even
@@ -188,7 +205,7 @@ async fn reboot_each_in_turn(
     agents: &mut HashMap<String, RunningAgent>,
     uid: &str,
     name: &str,
-    restart: bool,
+    restart: Restart,
 ) -> HashMap<String, String> {
     let client = sim.client();
     let mut rebooted: HashMap<String, String> = HashMap::new();
@@ -209,16 +226,18 @@ async fn reboot_each_in_turn(
                     t.uid == uid && Some(t.boot_id.as_str()) == maintd::api::turns::boot_id(&n)
                 })
             {
-                let dies = restart && node_name.ends_with(['0', '2', '4', '6']);
+                let dies = restart.failed_writes > 0 && node_name.ends_with(['0', '2', '4', '6']);
                 if dies {
                     agents.remove(node_name).unwrap().stop().await;
                 }
-                if restart {
+                if restart.failed_writes > 0 {
                     // The node's first writes after its reboot fail: its
                     // uncordon comes late, and the slot must wait for it.
-                    sim.state
-                        .faults
-                        .fail_writes(&format!("/api/v1/nodes/{node_name}"), 500, 2);
+                    sim.state.faults.fail_writes(
+                        &format!("/api/v1/nodes/{node_name}"),
+                        500,
+                        restart.failed_writes,
+                    );
                 }
                 let boot = sim
                     .reboot_node(node_name, Duration::from_millis(300))
@@ -253,9 +272,10 @@ async fn finish_roll(
     watch: &common::kubectl::KubectlWatch,
     uid: &str,
     name: &str,
+    restart: Restart,
 ) -> Vec<Value> {
     let client = sim.client();
-    let rebooted = reboot_each_in_turn(sim, names, agents, uid, name, false).await;
+    let rebooted = reboot_each_in_turn(sim, names, agents, uid, name, restart).await;
     assert_eq!(
         rebooted.len(),
         names.len(),
@@ -304,7 +324,8 @@ async fn a_rolling_maintenance_over_eight_nodes_keeps_at_most_two_unschedulable_
     )
     .await;
 
-    let rebooted = reboot_each_in_turn(&sim, &names, &mut agents, &uid, "roll", true).await;
+    let rebooted =
+        reboot_each_in_turn(&sim, &names, &mut agents, &uid, "roll", Restart::SLOW).await;
     assert_eq!(rebooted.len(), 8, "every node rebooted once: {rebooted:?}");
     // Every node is back in scheduling, its turn recorded done, no slot held.
     eventually("every node is uncordoned and no slot is held", || {
@@ -448,7 +469,16 @@ async fn a_rolling_maintenance_cordons_the_next_node_ahead_and_no_more() {
     })
     .await;
 
-    let seen = finish_roll(&sim, &names, &mut agents, &watch, &uid, "ahead").await;
+    let seen = finish_roll(
+        &sim,
+        &names,
+        &mut agents,
+        &watch,
+        &uid,
+        "ahead",
+        Restart::NONE,
+    )
+    .await;
     assert_eq!(
         most_unschedulable_at_once(&seen),
         3,
@@ -534,7 +564,16 @@ async fn nodes_next_in_line_stay_schedulable_without_cordon_ahead() {
         );
     }
 
-    let seen = finish_roll(&sim, &names, &mut agents, &watch, &uid, "line").await;
+    let seen = finish_roll(
+        &sim,
+        &names,
+        &mut agents,
+        &watch,
+        &uid,
+        "line",
+        Restart::NONE,
+    )
+    .await;
     assert_eq!(
         most_unschedulable_at_once(&seen),
         3,
@@ -661,7 +700,11 @@ async fn a_node_that_does_not_reboot_in_time_holds_the_rollout_or_lets_it_go_as_
 /// take their turns, the third slot stays free: the nodes of order 5 say
 /// they wait for order 0, and the object's status names it. kubectl's
 /// Node watch sees no node cordoned before every node of a lower order is
-/// back in scheduling, and every node reboots once.
+/// back in scheduling, and every node reboots once. Half the nodes reboot
+/// as a real node does (their agent dies with them and a new one starts),
+/// and each node's first eight writes after its reboot fail, so its
+/// uncordon lands seconds late while the third slot is free: the node's
+/// turn counts until it is back in scheduling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_maintenance_takes_its_nodes_group_by_group_by_drain_order() {
     let (sim, names) = pool(7).await;
@@ -736,8 +779,19 @@ async fn a_rolling_maintenance_takes_its_nodes_group_by_group_by_drain_order() {
         );
     }
 
-    let seen = finish_roll(&sim, &names, &mut agents, &watch, &uid, "ordered").await;
-    // Each node's cordon and uncordon, in the order the watch saw them.
+    let seen = finish_roll(
+        &sim,
+        &names,
+        &mut agents,
+        &watch,
+        &uid,
+        "ordered",
+        Restart::SLOWER,
+    )
+    .await;
+    // Each node's cordon and uncordon (the first change seen back in
+    // scheduling after it, not the node's later writes), in the order the
+    // watch saw them.
     let mut cordoned: BTreeMap<String, usize> = BTreeMap::new();
     let mut back: BTreeMap<String, usize> = BTreeMap::new();
     for (i, o) in seen.iter().enumerate() {
@@ -745,7 +799,7 @@ async fn a_rolling_maintenance_takes_its_nodes_group_by_group_by_drain_order() {
         if unschedulable(o) {
             cordoned.entry(n).or_insert(i);
         } else if cordoned.contains_key(&n) {
-            back.insert(n, i);
+            back.entry(n).or_insert(i);
         }
     }
     assert_eq!(cordoned.len(), 7, "every node was cordoned: {cordoned:?}");
@@ -754,7 +808,7 @@ async fn a_rolling_maintenance_takes_its_nodes_group_by_group_by_drain_order() {
             if oa < ob {
                 assert!(
                     back[*a] < cordoned[*b],
-                    "{a} (order {oa}) was back in scheduling before {b} (order {ob}) was cordoned"
+                    "{b} (order {ob}) was cordoned before {a} (order {oa}) was back in scheduling"
                 );
             }
         }

@@ -58,6 +58,37 @@ pub fn pending_turn(effective: Option<&Effective>, drained: bool) -> Option<Stri
     (e.turn.is_some() || !drained).then(|| name.clone())
 }
 
+/// The rolling object whose turn on `node` is over while maintd's cordon
+/// is still on the node (its uncordon on its way, or not yet sent by an
+/// agent that has just started after the reboot): that turn still counts
+/// as pending. Reported over at once, it would let the status writer
+/// publish the next drain order, and a node of that order take a free
+/// slot and be cordoned, before this one is back in scheduling. The turn
+/// is the one recorded under way (rebooted since), or the last one ended.
+pub fn ending_turn<'a>(
+    rolling: impl IntoIterator<Item = &'a super::NodeMaintenance>,
+    node: &Value,
+) -> Option<String> {
+    use super::turns::{self, RebootTurn, TurnState};
+    if !node["metadata"]["annotations"][crate::cluster::CORDONED_ANNOTATION].is_string() {
+        return None;
+    }
+    let last = turns::record(node)
+        .map(|r| r.uid)
+        .or_else(|| turns::done(node).pop())?;
+    rolling
+        .into_iter()
+        .filter_map(RebootTurn::of)
+        .find(|t| {
+            t.uid == last
+                && matches!(
+                    turns::state(&t.uid, node),
+                    TurnState::Rebooted(_) | TurnState::Done
+                )
+        })
+        .map(|t| t.object)
+}
+
 /// The lowest order among the nodes whose turn of each object is pending,
 /// and how many nodes of that order are left, by object name.
 pub fn lowest<'a>(
@@ -195,6 +226,62 @@ mod tests {
             Some(v) => json!({"metadata": {"name": "n", "labels": {LABEL: v}}}),
             None => json!({"metadata": {"name": "n"}}),
         }
+    }
+
+    /// A turn whose node rebooted counts as pending while maintd's
+    /// cordon is still on the node, recorded under way or already ended;
+    /// once the node is back in scheduling, or for another object's
+    /// turn, it does not.
+    #[test]
+    fn a_turn_ends_when_its_node_is_back_in_scheduling() {
+        let nm: super::super::NodeMaintenance = serde_json::from_value(json!({
+            "apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
+            "metadata": {"name": "roll", "uid": "u1"},
+            "spec": {"stage": "Drain", "maxConcurrentDrains": 2,
+                     "waitForReboot": {"timeoutSeconds": 600}},
+        }))
+        .unwrap();
+        let node = |annotations: Value, booted: &str| {
+            json!({
+                "metadata": {"name": "n", "annotations": annotations},
+                "status": {"nodeInfo": {"bootID": booted},
+                           "conditions": [{"type": "Ready", "status": "True"}]},
+            })
+        };
+        let record = json!({"uid": "u1", "object": "roll", "bootID": "b1",
+                            "since": "2026-11-29T11:00:00Z"})
+        .to_string();
+        let cordoned = crate::cluster::CORDONED_ANNOTATION;
+        let rebooted = node(
+            json!({cordoned: "true", crate::api::turns::TURN_ANNOTATION: record}),
+            "b2",
+        );
+        assert_eq!(ending_turn([&nm], &rebooted).as_deref(), Some("roll"));
+        let done = node(
+            json!({cordoned: "true", crate::api::turns::DONE_ANNOTATION: "u0 u1"}),
+            "b2",
+        );
+        assert_eq!(ending_turn([&nm], &done).as_deref(), Some("roll"));
+        let back = node(json!({crate::api::turns::DONE_ANNOTATION: "u1"}), "b2");
+        assert_eq!(ending_turn([&nm], &back), None);
+        let other = node(
+            json!({cordoned: "true", crate::api::turns::DONE_ANNOTATION: "u1 u9"}),
+            "b2",
+        );
+        assert_eq!(
+            ending_turn([&nm], &other),
+            None,
+            "the last turn ended is another object's"
+        );
+        let under_way = node(
+            json!({cordoned: "true", crate::api::turns::TURN_ANNOTATION: record}),
+            "b1",
+        );
+        assert_eq!(
+            ending_turn([&nm], &under_way),
+            None,
+            "not rebooted yet: not ending"
+        );
     }
 
     #[test]

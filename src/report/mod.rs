@@ -240,7 +240,12 @@ impl StatusReporter {
         let order = nodedrain::Order {
             // A bad label is warned of by the agent's loop; it counts as 0.
             order: api::order::of_node(&node).unwrap_or(0),
-            pending_turn: api::order::pending_turn(eval.effective.as_ref(), drained),
+            pending_turn: api::order::pending_turn(eval.effective.as_ref(), drained).or_else(
+                || {
+                    let selecting = eval.valid.iter().filter(|nm| api::selects(nm, &node));
+                    api::order::ending_turn(selecting, &node)
+                },
+            ),
         };
         let st = nodedrain::from_drain(&self.node, &drain, maintenances, &order, lock_held);
         if written.uid.as_deref() == Some(uid.as_str()) && written.status.as_ref() == Some(&st) {
