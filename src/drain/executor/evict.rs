@@ -341,10 +341,6 @@ impl Drainer {
             &outcome,
             EvictionOutcome::Blocked { blocker } if blocking_budget(blocker).is_some()
         );
-        // The budget's disruption stays taken while its status does not
-        // count a granted eviction yet; refused by the budget, the pod
-        // waits for the next status. Any other outcome gives it back, to
-        // this pod's next ask or to another's.
         // Granted before its write and the answers to it were seen to
         // settle: the turn passes on once they have, or soon regardless.
         if let (Some(held), Some(ticket), EvictionOutcome::Evicted) =
@@ -356,6 +352,10 @@ impl Drainer {
                 drop(held);
             });
         }
+        // The budget's disruption stays taken while its status does not
+        // count a granted eviction yet; refused by the budget, the pod
+        // waits for the next status. Any other outcome gives it back, to
+        // this pod's next ask or to another's.
         if let Some(ticket) = ticket {
             match &outcome {
                 EvictionOutcome::Evicted => ticket.granted(),
