@@ -292,16 +292,11 @@ impl Drainer {
                 (Some(_), Some(ticket)) => {
                     let sent = Instant::now();
                     let counted = ticket.counted(&pod.name);
-                    let settled = {
-                        let (counted, still) =
-                            (ticket.counted(&pod.name), ticket.still_for(BUDGET_STILL));
-                        async move {
-                            counted.await;
-                            still.await;
-                        }
-                    };
+                    // Polled only once its write is counted: the stillness
+                    // is measured from then.
+                    let still = ticket.still_for(BUDGET_STILL);
                     let held = tokio::time::sleep(turn_held_at_most(ticket.usual()));
-                    tokio::pin!(counted, settled, held);
+                    tokio::pin!(counted, still, held);
                     let mut measured = false;
                     loop {
                         tokio::select! {
@@ -316,7 +311,7 @@ impl Drainer {
                                 ticket.took(sent.elapsed());
                                 measured = true;
                             }
-                            () = &mut settled, if turn.is_some() => {
+                            () = &mut still, if measured && turn.is_some() => {
                                 // Its write landed and the disruption
                                 // controller's answers to it with it: the
                                 // next pod of the budget reads them all.
