@@ -12,6 +12,8 @@
 //! - **late commits**: a write is received at once but committed only
 //!   after a delay, whether or not its client is still waiting, as an API
 //!   server under load finishes a write whose client already timed out;
+//! - **lagging watches**: the watches of a collection (or of one object by
+//!   name) send each event late, as an API server under load does;
 //! - **restart**: every connection is closed and the watch cache starts
 //!   afresh, so a watch resumed from before the restart gets 410 Gone.
 //!
@@ -45,6 +47,9 @@ struct Settings {
     failing_writes: Vec<(String, u16, usize)>,
     /// Writes to paths starting with the prefix commit after the delay.
     late_commits: Vec<(String, Duration)>,
+    /// Watches of the collection path (of one object by name, if given)
+    /// send each event after the delay.
+    lagging_watches: Vec<(String, Option<String>, Duration)>,
 }
 
 /// The faults of one simulated cluster (`SimState::faults`).
@@ -137,6 +142,28 @@ impl Faults {
             .push((prefix.to_string(), delay));
     }
 
+    /// Watches of the collection at `path` (only those of the object
+    /// named `name`, when given: a field selector on `metadata.name`) send
+    /// each event `delay` after it happened, as an API server under load
+    /// delivers them late: a watcher's view lags the writes it made itself.
+    pub fn lag_watches(&self, path: &str, name: Option<&str>, delay: Duration) {
+        self.settings()
+            .lagging_watches
+            .push((path.to_string(), name.map(str::to_string), delay));
+    }
+
+    /// How late a watch of the collection at `path` (of the object `name`,
+    /// if it watches one by name) sends its events now.
+    pub fn watch_lag(&self, path: &str, name: Option<&str>) -> Duration {
+        self.settings()
+            .lagging_watches
+            .iter()
+            .filter(|(p, n, _)| p == path && (n.is_none() || n.as_deref() == name))
+            .map(|(_, _, d)| *d)
+            .max()
+            .unwrap_or_default()
+    }
+
     /// How long a write of `method` to `path` waits before it is committed.
     pub fn late_commit(&self, method: &http::Method, path: &str) -> Option<Duration> {
         if method == http::Method::GET {
@@ -174,6 +201,7 @@ impl Faults {
         s.failing_reads.clear();
         s.failing_writes.clear();
         s.late_commits.clear();
+        s.lagging_watches.clear();
     }
 
     /// Closes every connection, as an API server restart does. The caller

@@ -3,7 +3,7 @@
 //! selector transitions and timeouts, as the apiserver's watch cache serves
 //! them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -166,6 +166,7 @@ pub fn start(sim: &Arc<SimState>, req: WatchRequest) -> Result<mpsc::Receiver<By
         start_rv = current;
     }
     let interval = sim.config.bookmark_interval;
+    let faults = sim.faults.clone();
     let open = sim.watches.opened(req.path());
     tokio::spawn(async move {
         let _open = open;
@@ -177,7 +178,7 @@ pub fn start(sim: &Arc<SimState>, req: WatchRequest) -> Result<mpsc::Receiver<By
         if gone {
             return;
         }
-        stream(req, seen, rx, tx, start_rv, interval).await;
+        stream(req, seen, rx, tx, start_rv, interval, faults).await;
     });
     Ok(out)
 }
@@ -278,10 +279,17 @@ async fn stream(
     tx: mpsc::Sender<Bytes>,
     start_rv: u64,
     interval: Duration,
+    faults: Arc<super::faults::Faults>,
 ) {
     let mut last_rv = start_rv;
     let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    let (path, name) = (
+        req.path(),
+        req.fields.equal_to("metadata.name").map(str::to_string),
+    );
+    // Events held back by a lagging-watch fault, with when each is due.
+    let mut late: VecDeque<(tokio::time::Instant, Bytes)> = VecDeque::new();
     loop {
         let sleep_until = async {
             match deadline {
@@ -289,6 +297,7 @@ async fn stream(
                 None => std::future::pending().await,
             }
         };
+        let next_late = late.front().map(|(due, _)| *due);
         tokio::select! {
             ev = rx.recv() => match ev {
                 Ok(ev) => {
@@ -299,17 +308,36 @@ async fn stream(
                     let Some(ev) = seen.of(&ev) else {
                         continue;
                     };
-                    if let Some((kind, obj)) = transition(&req, &ev)
-                        && tx.send(req.encode(kind, obj)).await.is_err()
-                    {
-                        return;
+                    let Some((kind, obj)) = transition(&req, &ev) else {
+                        continue;
+                    };
+                    let lag = faults.watch_lag(&path, name.as_deref());
+                    if lag.is_zero() && late.is_empty() {
+                        if tx.send(req.encode(kind, obj)).await.is_err() {
+                            return;
+                        }
+                    } else {
+                        late.push_back((tokio::time::Instant::now() + lag, req.encode(kind, obj)));
                     }
                 }
                 // A watcher that falls this far behind is closed, as the
                 // apiserver closes slow watchers; the client resumes.
                 Err(broadcast::error::RecvError::Lagged(_)) | Err(broadcast::error::RecvError::Closed) => return,
             },
-            _ = tick.tick(), if req.bookmarks => {
+            _ = async {
+                match next_late {
+                    Some(due) => tokio::time::sleep_until(due).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let Some((_, line)) = late.pop_front()
+                    && tx.send(line).await.is_err()
+                {
+                    return;
+                }
+            }
+            // A bookmark never runs ahead of an event held back.
+            _ = tick.tick(), if req.bookmarks && late.is_empty() => {
                 if tx.send(req.bookmark(last_rv, false)).await.is_err() {
                     return;
                 }
