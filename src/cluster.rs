@@ -89,6 +89,16 @@ pub enum EvictionOutcome {
     Failed { message: String },
 }
 
+/// What one attempt to edit the Node came to.
+enum Edited {
+    /// Written, or nothing to do as the Node itself shows.
+    Done,
+    /// Nothing to do as the view shows, which may be behind.
+    Unconfirmed,
+    /// The Node changed since the version the edit started from.
+    Conflict,
+}
+
 /// What marking or unmarking changed on the node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeChange {
@@ -96,6 +106,26 @@ pub struct NodeChange {
     pub uncordoned: bool,
     pub tainted: bool,
     pub untainted: bool,
+}
+
+/// One of the agent's writes of its own Node at a time. Each of them
+/// carries the resourceVersion it was based on; two sent together from the
+/// same view (the cordon and the turn's record as a node takes its slot,
+/// the uncordon and the condition after its reboot) made the second one
+/// lose a conflict to the first and go round a backoff and a read: on
+/// Kubernetes at 1,000 nodes, about one refused write of its Node per node
+/// and seconds between a node's slot and its cordon. A writer takes this,
+/// reads the view (which holds the last write's answer, see
+/// [`crate::index::Index::upsert_own_write`]), writes, and puts the answer
+/// in the view before the next one goes.
+#[derive(Clone, Default)]
+pub struct NodeWrites(std::sync::Arc<tokio::sync::Mutex<()>>);
+
+impl NodeWrites {
+    /// Waits for the writes of the Node before this one to be answered.
+    pub async fn turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.0.lock().await
+    }
 }
 
 /// The agent's writes, for one node.
@@ -109,6 +139,8 @@ pub struct ClusterOps {
     /// reads the Node only when the view is behind (a 409) or says there
     /// is nothing to do.
     view: Option<crate::index::Index>,
+    /// Shared with every other writer of the agent's Node.
+    writes: NodeWrites,
 }
 
 impl ClusterOps {
@@ -118,7 +150,14 @@ impl ClusterOps {
             node: node.to_string(),
             manager: format!("maintd/{node}"),
             view: None,
+            writes: NodeWrites::default(),
         }
+    }
+
+    /// What the agent's other writers of its Node take their turn with
+    /// (see [`NodeWrites`]).
+    pub fn node_writes(&self) -> NodeWrites {
+        self.writes.clone()
     }
 
     /// The same, starting edits of the Node from `view` (the agent's watch
@@ -163,57 +202,78 @@ impl ClusterOps {
         mut edit: impl FnMut(&Value) -> Option<Value>,
     ) -> Result<(), ClusterError> {
         let mut backoff = crate::index::Backoff::with(50, 1_000);
-        let mut viewed = self
-            .view
-            .as_ref()
-            .and_then(|v| v.by_name(&self.node))
-            .map(|n| (*n).clone());
+        // The first attempt starts from the view; after a conflict, or a
+        // view that says there is nothing to do, from the Node itself.
+        let mut from_view = self.view.is_some();
         for _ in 0..20 {
-            let from_view = viewed.is_some();
-            let node = match viewed.take() {
-                Some(n) => n,
-                None => self.get_node().await?,
-            };
-            let Some(mut patch) = edit(&node) else {
-                if from_view {
-                    // The view may be behind: nothing to do is confirmed
-                    // from the Node itself.
-                    continue;
-                }
-                return Ok(());
-            };
-            let from = node["metadata"]["resourceVersion"].clone();
-            patch["metadata"]["resourceVersion"] = from.clone();
-            let body = serde_json::to_vec(&patch).map_err(|e| self.node_err(e.to_string()))?;
-            let req = Request::patch(format!(
-                "/api/v1/nodes/{}?fieldManager={}",
-                self.node, self.manager
-            ))
-            .header("content-type", "application/merge-patch+json")
-            .body(body)
-            .map_err(|e| self.node_err(e.to_string()))?;
-            match self.client.request::<Value>(req).await {
-                Ok(written) => {
-                    // The agent sees its own write at once, not when the
-                    // watch brings it: what waits on it (a rolling turn's
-                    // slot goes to the next node once this one is
-                    // uncordoned) does not wait for the watch.
-                    if let (Some(view), Some(from)) = (&self.view, from.as_str()) {
-                        view.upsert_own_write(written, from);
-                    }
-                    return Ok(());
-                }
-                Err(kube::Error::Api(s)) if s.code == 409 => {
-                    tokio::time::sleep(backoff.next_delay()).await;
-                }
-                Err(e) => {
-                    return Err(
-                        self.node_err(format!("patching the node: {}", crate::client::explain(&e)))
-                    );
-                }
+            match self
+                .edit_once(&mut edit, std::mem::take(&mut from_view))
+                .await?
+            {
+                Edited::Done => return Ok(()),
+                // The view may be behind: nothing to do is confirmed
+                // from the Node itself.
+                Edited::Unconfirmed => {}
+                Edited::Conflict => tokio::time::sleep(backoff.next_delay()).await,
             }
         }
         Err(self.node_err("the node kept changing under 20 attempts to edit it; will retry"))
+    }
+
+    /// One attempt of [`Self::edit_node`], in the Node's turn of writes
+    /// (see [`NodeWrites`]): from the view if `from_view` and it holds the
+    /// Node, else from a read of it.
+    async fn edit_once(
+        &self,
+        edit: &mut impl FnMut(&Value) -> Option<Value>,
+        from_view: bool,
+    ) -> Result<Edited, ClusterError> {
+        let _turn = self.writes.turn().await;
+        let viewed = self
+            .view
+            .as_ref()
+            .filter(|_| from_view)
+            .and_then(|v| v.by_name(&self.node))
+            .map(|n| (*n).clone());
+        let from_view = viewed.is_some();
+        let node = match viewed {
+            Some(n) => n,
+            None => self.get_node().await?,
+        };
+        let Some(mut patch) = edit(&node) else {
+            return Ok(if from_view {
+                Edited::Unconfirmed
+            } else {
+                Edited::Done
+            });
+        };
+        let from = node["metadata"]["resourceVersion"].clone();
+        patch["metadata"]["resourceVersion"] = from.clone();
+        let body = serde_json::to_vec(&patch).map_err(|e| self.node_err(e.to_string()))?;
+        let req = Request::patch(format!(
+            "/api/v1/nodes/{}?fieldManager={}",
+            self.node, self.manager
+        ))
+        .header("content-type", "application/merge-patch+json")
+        .body(body)
+        .map_err(|e| self.node_err(e.to_string()))?;
+        match self.client.request::<Value>(req).await {
+            Ok(written) => {
+                // The agent sees its own write at once, not when the
+                // watch brings it: what waits on it (a rolling turn's
+                // slot goes to the next node once this one is
+                // uncordoned) does not wait for the watch, and the next
+                // write of the Node starts from it.
+                if let (Some(view), Some(from)) = (&self.view, from.as_str()) {
+                    view.upsert_own_write(written, from);
+                }
+                Ok(Edited::Done)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Edited::Conflict),
+            Err(e) => {
+                Err(self.node_err(format!("patching the node: {}", crate::client::explain(&e))))
+            }
+        }
     }
 
     /// Edits the node's annotations: `edit` sees the current node and

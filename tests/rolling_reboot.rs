@@ -818,3 +818,175 @@ async fn a_rolling_maintenance_takes_its_nodes_group_by_group_by_drain_order() {
         a.stop().await;
     }
 }
+
+/// Two nodes, one slot, and each agent's watch of its Node a second and a
+/// half behind the writes, as an API server under load delivers them: the
+/// agent does not take the view's lag for a turn not yet recorded. Each
+/// node's turn is recorded once (the boot and the time it started at are
+/// never written over), and the agent writes its Node no more than the turn
+/// needs. (Before, each time its last write ended the agent wrote the
+/// turn's start again with a new time, until its view showed one.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_is_recorded_once_while_the_agents_view_of_its_node_lags() {
+    let (sim, names) = pool(2).await;
+    for n in &names {
+        sim.state
+            .faults
+            .lag_watches("/api/v1/nodes", Some(n), Duration::from_millis(1500));
+    }
+    // Someone else writes the Nodes all the time, as kubelets' status
+    // heartbeats do: the agent's writes from its lagging view are often
+    // refused, and it writes from a fresh read, which its view shows only
+    // when the watch brings it.
+    let heartbeats = {
+        let (client, names) = (sim.client(), names.clone());
+        tokio::spawn(async move {
+            for beat in 0u64.. {
+                for n in &names {
+                    let _ = Api::<Node>::all(client.clone())
+                        .patch(
+                            n,
+                            &PatchParams::default(),
+                            &Patch::Merge(
+                                json!({"metadata": {"labels": {"beat": beat.to_string()}}}),
+                            ),
+                        )
+                        .await;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let Roll {
+        _kubectl,
+        watch,
+        mut agents,
+        uid,
+    } = start_roll(
+        &sim,
+        &names,
+        "lagging",
+        json!({"maxConcurrentDrains": 1, "waitForReboot": {"timeoutSeconds": 600}}),
+    )
+    .await;
+    let seen = finish_roll(
+        &sim,
+        &names,
+        &mut agents,
+        &watch,
+        &uid,
+        "lagging",
+        Restart::NONE,
+    )
+    .await;
+    heartbeats.abort();
+    let audit = sim.state.audit.entries();
+    for n in &names {
+        let records: std::collections::BTreeSet<&str> = seen
+            .iter()
+            .filter(|o| o["metadata"]["name"] == n.as_str())
+            .filter_map(|o| {
+                o["metadata"]["annotations"][maintd::api::turns::TURN_ANNOTATION].as_str()
+            })
+            .collect();
+        assert_eq!(
+            records.len(),
+            1,
+            "{n}'s turn was recorded once: {records:?}"
+        );
+        let agent = maintd::cluster::user_agent(n);
+        let writes: Vec<(u16, Option<String>)> = audit
+            .iter()
+            .filter(|e| e.resource == "nodes" && e.name == *n && e.user_agent == agent)
+            .map(|e| (e.code, e.subresource.clone()))
+            .collect();
+        // Its cordon and taint, the turn's start, its end, its uncordon:
+        // a write each, whatever the view said meanwhile.
+        let landed = writes
+            .iter()
+            .filter(|(code, sub)| *code == 200 && sub.is_none())
+            .count();
+        assert!(
+            landed <= 4,
+            "{n}: the agent wrote its Node {landed} times: {writes:?}"
+        );
+    }
+    for (_, a) in agents {
+        a.stop().await;
+    }
+}
+
+/// The agent's writes of its Node go one at a time, each from the last
+/// one's answer: as a node takes its turn it taints itself and records the
+/// turn at once, and neither loses a race to the other (before, both
+/// started from the same version of the Node and the second was refused a
+/// conflict, then read the Node and wrote again). The node is cordoned by
+/// an admin already, so the node controller's taint of a cordon does not
+/// come in between. With the agent's own client and rights.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_writes_of_its_node_do_not_race_one_another() {
+    let (sim, names) = pool(1).await;
+    let node_name = &names[0];
+    Api::<Node>::all(sim.client())
+        .patch(
+            node_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
+    sim.wait_settled(Duration::from_secs(10)).await.unwrap();
+    let client = maintd::testbed::agent_client(&sim, node_name);
+    let view = maintd::index::Index::new();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _stop = stop.clone().drop_guard();
+    tokio::spawn(view.clone().run(
+        client.clone(),
+        maintd::index::WatchTarget::new(
+            "/api/v1/nodes",
+            Some(format!("metadata.name={node_name}")),
+            maintd::index::WatchGuard::default(),
+        ),
+        stop,
+    ));
+    // The node controller's taint of the cordon is in before the agent
+    // writes: nobody else writes the Node from here on.
+    view.wait_until(|v| {
+        v.by_name(node_name).is_some_and(|n| {
+            n["spec"]["taints"].as_array().is_some_and(|ts| {
+                ts.iter()
+                    .any(|t| t["key"] == "node.kubernetes.io/unschedulable")
+            })
+        })
+    })
+    .await;
+    let ops = maintd::cluster::ClusterOps::new(client, node_name).with_view(view);
+    let taint = maintd::cluster::TaintSpec::draining();
+    let before = sim.state.audit.entries().len();
+    for round in 0..5 {
+        // A stand-in for the turn's record: only maintd's own annotations
+        // are its to change.
+        let record = format!("round {round}");
+        let (marked, annotated) = tokio::join!(
+            ops.mark(&taint, true),
+            ops.annotate(|n| {
+                (n["metadata"]["annotations"][maintd::api::turns::TURN_ANNOTATION] != record)
+                    .then(|| json!({maintd::api::turns::TURN_ANNOTATION: record}))
+            }),
+        );
+        marked.unwrap();
+        annotated.unwrap();
+        ops.unmark(&taint).await.unwrap();
+    }
+    let audit = sim.state.audit.entries();
+    let writes: Vec<(u16, &str)> = audit[before..]
+        .iter()
+        .filter(|e| e.resource == "nodes" && e.name == *node_name)
+        .map(|e| (e.code, e.user_agent.as_str()))
+        .collect();
+    assert_eq!(
+        writes,
+        vec![(200, maintd::cluster::user_agent(node_name).as_str()); 15],
+        "the agent's three writes a round, none refused a conflict, and no one else's"
+    );
+}

@@ -288,6 +288,7 @@ impl Agent {
             maintenance: self.maintenance.clone(),
             medik8s: self.medik8s.clone(),
             node_index: self.node.clone(),
+            node_writes: self.drainer.ops.node_writes(),
             inhibitor: inhibitor.clone(),
             writes: metrics.status_writes.clone(),
         };

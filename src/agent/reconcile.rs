@@ -150,6 +150,7 @@ impl Reconciler {
                 self.shutdown_timer(),
                 self.hold_until(),
                 self.turn_timer(),
+                self.turns.watch_timer(),
                 // Until the slot wait has looked for a turn held already,
                 // an undo waits for it: look again shortly.
                 self.slot_taking

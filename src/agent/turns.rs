@@ -26,6 +26,16 @@ use crate::drain::progress::{EventKind, Phase};
 /// Pause after a failed write, before the loop tries again.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
 
+/// How long the loop leaves a turn record this process wrote to the
+/// Node's watch to bring, before it would write it again. The watch can
+/// lag the agent's own write (a write based on a read after a conflict is
+/// not put in the view at once), and the loop looks at the view: on
+/// Kubernetes at 1,000 nodes it lagged up to 20 s, and the loop wrote the
+/// turn's start again each time its last write ended, twice a second.
+/// Past this, a record still missing from the view costs a read: it is
+/// written only where the Node itself lacks it.
+const LEFT_TO_THE_WATCH: Duration = Duration::from_secs(10);
+
 /// What the loop keeps about turns between wake-ups (said once, written
 /// one at a time).
 #[derive(Default)]
@@ -41,6 +51,16 @@ pub(super) struct Turns {
     /// Finished turns whose slot this process gave back (or found not
     /// held): filled by the release task on success.
     pub(super) released: Arc<Mutex<HashSet<String>>>,
+    /// The last turn record the write task found on the Node or wrote
+    /// there (see [`RecordKey`]), and when.
+    recorded: Arc<Mutex<Option<(RecordKey, Instant)>>>,
+}
+
+/// Which record of which turn a write is of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum RecordKey {
+    Start(String),
+    Done(String),
 }
 
 impl Turns {
@@ -56,6 +76,27 @@ impl Turns {
 
     fn was_released(&self, uid: &str) -> bool {
         self.released.lock().is_ok_and(|s| s.contains(uid))
+    }
+
+    /// The record the write task last found on the Node or wrote there,
+    /// and until when the view is left to show it, if that is still to
+    /// come.
+    fn left_to_the_watch(&self) -> Option<(RecordKey, Instant)> {
+        let recorded = self.recorded.lock().ok()?;
+        let (key, at) = recorded.as_ref()?;
+        let until = *at + LEFT_TO_THE_WATCH;
+        (Instant::now() < until).then(|| (key.clone(), until))
+    }
+
+    /// Whether the Node has the record `key` (this process wrote it or
+    /// found it there lately) and the view is left to show it.
+    fn recorded_lately(&self, key: &RecordKey) -> bool {
+        self.left_to_the_watch().is_some_and(|(k, _)| k == *key)
+    }
+
+    /// When the loop looks again at a record left to the watch.
+    pub(super) fn watch_timer(&self) -> Option<Instant> {
+        self.left_to_the_watch().map(|(_, until)| until)
     }
 }
 
@@ -91,14 +132,23 @@ impl Reconciler {
         if let Some(t) = &held
             && turns::state(&t.uid, node) == TurnState::NotStarted
         {
+            let key = RecordKey::Start(t.uid.clone());
+            if self.turns.recorded_lately(&key) {
+                return;
+            }
+            // Written once: a turn the Node shows started keeps the boot
+            // and the time it started at, whatever the view says.
             let rec = t.record(node, jiff::Timestamp::now());
+            let uid = t.uid.clone();
             self.write_turn(
+                key,
                 format!(
                     "recording the start of its turn of NodeMaintenance {}",
                     t.object
                 ),
                 move |n| {
-                    (turns::record(n).as_ref() != Some(&rec)).then(|| turns::start_patch(&rec))
+                    (turns::state(&uid, n) == TurnState::NotStarted)
+                        .then(|| turns::start_patch(&rec))
                 },
             );
             return;
@@ -202,24 +252,39 @@ impl Reconciler {
     /// Records the turn done: the object no longer asks anything of the
     /// node, which is then uncordoned; the slot follows (see `slot_step`).
     fn end_turn(&mut self, t: &RebootTurn) {
+        let key = RecordKey::Done(t.uid.clone());
+        if self.turns.recorded_lately(&key) {
+            return;
+        }
         let uid = t.uid.clone();
         self.write_turn(
+            key,
             format!("recording its turn of NodeMaintenance {} done", t.object),
             move |n| (turns::state(&uid, n) != TurnState::Done).then(|| turns::done_patch(n, &uid)),
         );
     }
 
-    /// Writes the Node's turn annotations in the background.
+    /// Writes the Node's turn annotations in the background: the record
+    /// `key`, where the Node lacks it.
     fn write_turn(
         &mut self,
+        key: RecordKey,
         what: String,
         edit: impl FnMut(&Value) -> Option<Value> + Send + 'static,
     ) {
         let agent = self.agent.clone();
+        let recorded = self.turns.recorded.clone();
         self.turns.task = Some(tokio::spawn(async move {
-            if let Err(e) = agent.drainer.ops.annotate(edit).await {
-                agent.warn(format!("{what}: {e}; will retry"));
-                tokio::time::sleep(RETRY_AFTER).await;
+            match agent.drainer.ops.annotate(edit).await {
+                Ok(()) => {
+                    if let Ok(mut r) = recorded.lock() {
+                        *r = Some((key, Instant::now()));
+                    }
+                }
+                Err(e) => {
+                    agent.warn(format!("{what}: {e}; will retry"));
+                    tokio::time::sleep(RETRY_AFTER).await;
+                }
             }
         }));
     }

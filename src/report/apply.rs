@@ -18,8 +18,8 @@ use serde_json::Value;
 /// What became of one write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
-    /// It landed; the object's resourceVersion after it.
-    Written(Option<String>),
+    /// It landed; the object as it left it.
+    Written(Value),
     /// The object changed since the resourceVersion the write was based on.
     Stale,
     /// The object is not there (404).
@@ -83,7 +83,7 @@ impl Applier<'_> {
         match tokio::time::timeout(self.timeout, self.client.request::<Value>(req)).await {
             Ok(Ok(obj)) => {
                 self.writes.inc();
-                Applied::Written(rv_of(&obj).map(str::to_string))
+                Applied::Written(obj)
             }
             Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
                 tracing::debug!(%path, "{what}: the object changed since it was read");

@@ -39,6 +39,9 @@ pub struct StatusReporter {
     /// medik8s' NodeMaintenance objects, with `--medik8s`.
     pub medik8s: Option<MaintenanceTrigger>,
     pub node_index: Index,
+    /// The turn of the agent's writes of its Node (see
+    /// [`crate::cluster::NodeWrites`]).
+    pub node_writes: crate::cluster::NodeWrites,
     /// The shutdown lock, when the agent holds one.
     pub inhibitor: Option<tokio::sync::watch::Receiver<InhibitorStatus>>,
     /// Counts the writes (`maintd_status_writes_total`).
@@ -281,13 +284,13 @@ impl StatusReporter {
                 self.node,
                 self.manager()
             );
-            let Applied::Written(rv) = self.applier().apply(&path, &object).await else {
+            let Applied::Written(made) = self.applier().apply(&path, &object).await else {
                 return Written::Failed;
             };
             *written = WrittenDrain {
                 uid: Some(uid),
                 status: None,
-                rv,
+                rv: apply::rv_of(&made).map(str::to_string),
                 at: None,
             };
         }
@@ -309,9 +312,9 @@ impl StatusReporter {
             )
             .await;
         match outcome {
-            Applied::Written(rv) => {
+            Applied::Written(obj) => {
                 written.status = Some(st);
-                written.rv = rv;
+                written.rv = apply::rv_of(&obj).map(str::to_string);
                 written.at = Some(tokio::time::Instant::now());
                 Written::Done
             }
@@ -341,6 +344,9 @@ impl StatusReporter {
             let i = i.borrow();
             i.preparing && i.held
         });
+        // In the Node's turn of writes, from the view as the last of them
+        // left it (see `NodeWrites`).
+        let _turn = self.node_writes.turn().await;
         let node = self.node_index.by_name(&self.node);
         let others = node
             .as_deref()
@@ -397,11 +403,19 @@ impl StatusReporter {
         // On a conflict (the watch had not yet brought the agent's own
         // taint or cordon), the next round is based on what the watch
         // brings by then: cheaper than reading the whole Node again.
-        let ok = matches!(
-            self.write("/api/v1/nodes", &self.node, None, &body, rv.as_deref())
-                .await,
-            Applied::Written(_)
-        );
+        let ok = match self
+            .write("/api/v1/nodes", &self.node, None, &body, rv.as_deref())
+            .await
+        {
+            Applied::Written(written) => {
+                // The next write of the Node starts from this one.
+                if let Some(rv) = &rv {
+                    self.node_index.upsert_own_write(written, rv);
+                }
+                true
+            }
+            _ => false,
+        };
         // After a failure, what the Node says decides the next round.
         *last = ok.then_some(keys);
         ok
