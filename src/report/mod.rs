@@ -400,9 +400,11 @@ impl StatusReporter {
         let rv = node
             .as_deref()
             .and_then(|n| apply::rv_of(n).map(str::to_string));
-        // On a conflict (the watch had not yet brought the agent's own
-        // taint or cordon), the next round is based on what the watch
-        // brings by then: cheaper than reading the whole Node again.
+        // The agent's own writes of its Node are in the view by now (see
+        // `NodeWrites`); on a conflict, someone else's (the node
+        // controller's taint of a cordon, a kubelet's status) is not yet,
+        // and the next round is based on what the watch brings by then:
+        // cheaper than reading the whole Node again.
         let ok = match self
             .write("/api/v1/nodes", &self.node, None, &body, rv.as_deref())
             .await
