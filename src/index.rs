@@ -1,4 +1,4 @@
-//! The agent's view of the cluster: indexes fed by one list+watch each,
+//! The agent's view of the cluster: indexes fed by one watch each,
 //! answering questions synchronously.
 //!
 //! Objects are kept as raw JSON rather than typed: one pod whose JSON does
@@ -12,12 +12,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use futures::{StreamExt, TryStreamExt};
-use kube::api::{ListParams, WatchEvent, WatchParams};
-use kube::core::{ObjectList, Request};
+use kube::api::WatchEvent;
 use serde_json::Value;
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
+
+mod run;
+pub use run::WatchLists;
 
 /// What to watch: a collection path and an optional field selector.
 #[derive(Debug, Clone)]
@@ -124,6 +124,8 @@ pub struct ApiHealth {
     inner: Arc<Mutex<HealthInner>>,
     /// The calls the API server refused (403), said once each.
     pub refusals: crate::refusals::Refusals,
+    /// Whether the API server sends a watch's current objects first.
+    pub lists: WatchLists,
 }
 
 #[derive(Debug, Default)]
@@ -389,201 +391,6 @@ impl Index {
         drop(inner);
         self.bump();
     }
-
-    /// Keeps the index current until `stop`: list (from the watch cache),
-    /// then watch from the list's resourceVersion, resuming after each
-    /// watch ends and listing again after a 410. A watch that stays silent
-    /// past its idle guard is treated as dead (a half-open connection) and
-    /// made again. Failures are retried with jittered, capped backoff, so
-    /// many agents do not come back to a restarted API server at once.
-    pub async fn run(self, client: kube::Client, target: WatchTarget, stop: CancellationToken) {
-        let req = Request::new(target.path.clone());
-        self.lock().stale_after = Some(target.guard.stale_after);
-        let health = &target.guard.health;
-        let idle = target.guard.idle_timeout;
-        let mut backoff = Backoff::with(500, 30_000);
-        'relist: loop {
-            let mut lp = ListParams::default().match_any();
-            if let Some(fs) = &target.field_selector {
-                lp = lp.fields(fs);
-            }
-            if let Some(ls) = &target.label_selector {
-                lp = lp.labels(ls);
-            }
-            let list = tokio::select! {
-                r = tokio::time::timeout(idle, list_all(&client, &req, &lp, &target)) => r,
-                _ = stop.cancelled() => return,
-            };
-            let mut rv = match list {
-                Ok(Ok((items, rv))) => {
-                    health.ok();
-                    self.replace_all(items);
-                    backoff.reset();
-                    rv
-                }
-                failed => {
-                    let (e, refused) = match failed {
-                        Ok(Err(e)) => (crate::client::explain(&e), crate::refusals::is_refusal(&e)),
-                        _ => (format!("no answer in {}s", idle.as_secs()), false),
-                    };
-                    self.note_error(format!("listing {}: {e}", target.path));
-                    // A refusal was said once already, in words.
-                    if refused {
-                        tracing::debug!(path = %target.path, error = %e, "list refused; retrying");
-                    } else {
-                        tracing::warn!(path = %target.path, error = %e, "list failed; retrying");
-                    }
-                    if sleep_or_stop(backoff.next_delay(), &stop).await {
-                        return;
-                    }
-                    continue 'relist;
-                }
-            };
-            loop {
-                // Spread the server's watch timeouts, as client-go does, so
-                // the agents' watches do not all end in the same second.
-                let mut wp = WatchParams::default().timeout(rand::random_range(240..=300));
-                if let Some(fs) = &target.field_selector {
-                    wp = wp.fields(fs);
-                }
-                if let Some(ls) = &target.label_selector {
-                    wp = wp.labels(ls);
-                }
-                let http_req = match req.watch(&wp, &rv) {
-                    Ok(mut r) => {
-                        if target.metadata_only {
-                            r.headers_mut().insert(
-                                http::header::ACCEPT,
-                                http::HeaderValue::from_static(ACCEPT_METADATA),
-                            );
-                        }
-                        r
-                    }
-                    Err(e) => {
-                        self.note_error(format!("building watch request: {e}"));
-                        return;
-                    }
-                };
-                let stream = tokio::select! {
-                    s = tokio::time::timeout(idle, client.request_events::<Value>(http_req)) => s,
-                    _ = stop.cancelled() => return,
-                };
-                let mut stream = match stream {
-                    Ok(Ok(s)) => s.boxed(),
-                    failed => {
-                        let e = match failed {
-                            Ok(Err(e)) => crate::client::explain(&e),
-                            _ => format!("no answer in {}s", idle.as_secs()),
-                        };
-                        self.note_error(format!("watching {}: {e}", target.path));
-                        if sleep_or_stop(backoff.next_delay(), &stop).await {
-                            return;
-                        }
-                        continue;
-                    }
-                };
-                loop {
-                    let next = tokio::select! {
-                        n = tokio::time::timeout(idle, stream.try_next()) => n,
-                        _ = stop.cancelled() => return,
-                    };
-                    let next = match next {
-                        Ok(n) => n,
-                        Err(_) => {
-                            let why = format!(
-                                "watch of {} silent for {}s (no event, no bookmark); making it again",
-                                target.path,
-                                idle.as_secs()
-                            );
-                            tracing::warn!(path = %target.path, "{why}");
-                            health.failed(why.clone());
-                            self.note_error(why);
-                            break;
-                        }
-                    };
-                    match next {
-                        Ok(Some(WatchEvent::Error(e))) if e.code == 410 => {
-                            health.ok();
-                            // Everyone gets a 410 after an API server restart:
-                            // the relists are spread over a few seconds.
-                            let pause = backoff.next_delay() + spread(RELIST_SPREAD);
-                            if sleep_or_stop(pause, &stop).await {
-                                return;
-                            }
-                            continue 'relist;
-                        }
-                        Ok(Some(WatchEvent::Error(e))) => {
-                            self.note_error(format!("watch of {}: {}", target.path, e.message));
-                            if sleep_or_stop(backoff.next_delay(), &stop).await {
-                                return;
-                            }
-                            continue 'relist;
-                        }
-                        Ok(Some(mut ev)) => {
-                            health.ok();
-                            backoff.reset();
-                            if let Some(new_rv) = event_rv(&ev) {
-                                rv = new_rv;
-                            }
-                            if let WatchEvent::Added(o) | WatchEvent::Modified(o) = &mut ev {
-                                (target.trim)(o);
-                            }
-                            self.apply(ev);
-                        }
-                        // The server ended the watch (timeout): resume.
-                        Ok(None) => break,
-                        Err(e) => {
-                            let e = crate::client::explain(&e);
-                            tracing::debug!(path = %target.path, error = %e, "watch broke; resuming");
-                            self.note_error(format!("watch of {} broke: {e}", target.path));
-                            // A restart breaks every agent's watches at once.
-                            let pause = backoff.next_delay() + spread(REWATCH_SPREAD);
-                            if sleep_or_stop(pause, &stop).await {
-                                return;
-                            }
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Lists every object, page by page, each trimmed as its page arrives.
-async fn list_all(
-    client: &kube::Client,
-    req: &Request,
-    lp: &ListParams,
-    target: &WatchTarget,
-) -> Result<(Vec<Value>, String), kube::Error> {
-    let mut items = Vec::new();
-    let mut lp = lp.clone();
-    lp.limit = Some(500);
-    loop {
-        let mut http_req = req.list(&lp).map_err(kube::Error::BuildRequest)?;
-        if target.metadata_only {
-            http_req.headers_mut().insert(
-                http::header::ACCEPT,
-                http::HeaderValue::from_static(ACCEPT_METADATA_LIST),
-            );
-        }
-        let page: ObjectList<Value> = client.request(http_req).await?;
-        items.extend(page.items.into_iter().map(|mut o| {
-            (target.trim)(&mut o);
-            o
-        }));
-        match page.metadata.continue_ {
-            Some(c) if !c.is_empty() => {
-                // Later pages come from the first page's snapshot; the API
-                // server refuses a resourceVersion beside a continue token.
-                lp.continue_token = Some(c);
-                lp.resource_version = None;
-                lp.version_match = None;
-            }
-            _ => return Ok((items, page.metadata.resource_version.unwrap_or_default())),
-        }
-    }
 }
 
 /// Drops `metadata.managedFields`, which nothing of the agent reads but
@@ -613,37 +420,6 @@ pub fn trim_pod(o: &mut Value) {
 
 fn uid_of(o: &Value) -> Option<String> {
     o["metadata"]["uid"].as_str().map(str::to_string)
-}
-
-fn event_rv(ev: &WatchEvent<Value>) -> Option<String> {
-    match ev {
-        WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => {
-            o["metadata"]["resourceVersion"]
-                .as_str()
-                .map(str::to_string)
-        }
-        WatchEvent::Bookmark(b) => Some(b.metadata.resource_version.clone()),
-        WatchEvent::Error(_) => None,
-    }
-}
-
-/// How widely relists after a 410, and watches made again after a broken
-/// stream, are spread: an API server restart does both to every agent at
-/// the same moment.
-const RELIST_SPREAD: Duration = Duration::from_secs(5);
-const REWATCH_SPREAD: Duration = Duration::from_secs(1);
-
-/// A random part of `d`.
-fn spread(d: Duration) -> Duration {
-    d.mul_f64(rand::random::<f64>())
-}
-
-/// Returns true if `stop` fired first.
-async fn sleep_or_stop(d: Duration, stop: &CancellationToken) -> bool {
-    tokio::select! {
-        _ = tokio::time::sleep(d) => false,
-        _ = stop.cancelled() => true,
-    }
 }
 
 /// Exponential backoff with jitter, capped.

@@ -119,6 +119,8 @@ mod real_maintenance;
 mod real_node_parts;
 #[path = "real_parity.rs"]
 mod real_parity;
+#[path = "real_watch_lists.rs"]
+mod real_watch_lists;
 #[path = "reboot_safety.rs"]
 mod reboot_safety;
 #[path = "restart.rs"]
@@ -157,3 +159,5 @@ mod soak;
 mod timeline;
 #[path = "volume_detach.rs"]
 mod volume_detach;
+#[path = "watch_lists.rs"]
+mod watch_lists;

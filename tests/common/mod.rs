@@ -9,6 +9,7 @@ pub mod kubectl;
 pub mod logind_agent;
 pub mod mirror_pods;
 pub mod real;
+pub mod recorded;
 pub mod slow_proxy;
 
 use std::time::Duration;

@@ -211,6 +211,21 @@ impl Real {
             .build()
     }
 
+    /// [`Real::agent_client`], every request it sends recorded in
+    /// `recorded`.
+    pub async fn recorded_agent_client(
+        &self,
+        node: &str,
+        recorded: &super::recorded::Recorded,
+    ) -> kube::Client {
+        let kubeconfig = self.agent_kubeconfig(node);
+        let config = config_from(kubeconfig.path()).await;
+        maintd::client::builder(maintd::cluster::agent_config(config, node))
+            .expect("a client for the agent")
+            .with_layer(recorded)
+            .build()
+    }
+
     /// A KWOK node named `name` with `labels`, Ready (KWOK plays its
     /// kubelet and renews its Lease).
     pub async fn node(&self, client: &kube::Client, name: &str, labels: Value) -> Node {

@@ -35,6 +35,12 @@ impl ApiError {
         self
     }
 
+    /// 422 for a request's options rather than an object (a watch's
+    /// `sendInitialEvents`), as `NewInvalid` on `ListOptions` words it.
+    pub fn invalid_options(message: impl Into<String>) -> Self {
+        Self::new(422, "Invalid", message)
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
     }

@@ -755,6 +755,7 @@ fn watch_response(
             fields =
                 FieldSelector::parse(&format!("metadata.name={name}"), &t.def.group, &t.def.kind)?;
         }
+        check_watch_list(query, sim.config.watch_list)?;
         let timeout = match query.get("timeoutSeconds") {
             Some(s) => Some(Duration::from_secs(s.parse().map_err(|_| {
                 ApiError::bad_request(format!("invalid timeoutSeconds {s:?}"))
@@ -791,6 +792,49 @@ fn watch_response(
                 .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
         }
         Err(e) => error_response(&e),
+    }
+}
+
+/// A watch's `sendInitialEvents` and `resourceVersionMatch`, judged as
+/// Kubernetes 1.37 judges them (k8s.io/apimachinery's
+/// `validateWatchOptions`): the first needs the second to be
+/// `NotOlderThan`, the second is for the first alone, and without the
+/// `WatchList` feature the first is forbidden.
+fn check_watch_list(query: &HashMap<String, String>, served: bool) -> Result<(), ApiError> {
+    let initial = query.get("sendInitialEvents");
+    let matching = query.get("resourceVersionMatch").filter(|m| !m.is_empty());
+    let mut errors = Vec::new();
+    if initial.is_some() {
+        if matching.map(String::as_str) != Some("NotOlderThan") {
+            errors.push(
+                "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+                    .to_string(),
+            );
+        }
+        if !served {
+            errors.push("sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled".to_string());
+        }
+    }
+    if let Some(m) = matching {
+        if initial.is_none() {
+            errors.push("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided".to_string());
+        }
+        if m != "NotOlderThan" {
+            errors.push(format!(
+                "resourceVersionMatch: Unsupported value: {m:?}: supported values: \"NotOlderThan\""
+            ));
+        }
+    }
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(ApiError::invalid_options(format!(
+            "ListOptions.meta.k8s.io \"\" is invalid: {}",
+            errors[0]
+        ))),
+        _ => Err(ApiError::invalid_options(format!(
+            "ListOptions.meta.k8s.io \"\" is invalid: [{}]",
+            errors.join(", ")
+        ))),
     }
 }
 

@@ -69,6 +69,11 @@ pub struct SimConfig {
     /// sooner if a budget is written meanwhile. Kubernetes 1.37 made the
     /// evictions of one drain wait 43 to 49 ms for it. Zero: no wait.
     pub cache_progress: Duration,
+    /// Serve watches that send the current objects first
+    /// (`sendInitialEvents`), as Kubernetes 1.34 and later do with the
+    /// `WatchList` feature gate on (its default). Off, such a watch is
+    /// refused as invalid, as an API server with the gate off refuses it.
+    pub watch_list: bool,
 }
 
 impl Default for SimConfig {
@@ -87,6 +92,7 @@ impl Default for SimConfig {
             volume_detach: Duration::from_secs(1),
             eviction_window: Duration::from_millis(10),
             cache_progress: Duration::from_millis(100),
+            watch_list: true,
         }
     }
 }
