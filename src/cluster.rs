@@ -118,13 +118,43 @@ pub struct NodeChange {
 /// reads the view (which holds the last write's answer, see
 /// [`crate::index::Index::upsert_own_write`]), writes, and puts the answer
 /// in the view before the next one goes.
+///
+/// The edits of the Node's spec (cordon, taint, a turn's record) go before
+/// its conditions: while one is on its way, retries included, the
+/// conditions wait ([`Self::edits_pending`]). A cordon that got a 429 as
+/// a rollout began otherwise waited, in its backoff, behind a condition
+/// write that took seconds on a loaded API server.
 #[derive(Clone, Default)]
-pub struct NodeWrites(std::sync::Arc<tokio::sync::Mutex<()>>);
+pub struct NodeWrites {
+    turn: std::sync::Arc<tokio::sync::Mutex<()>>,
+    edits: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
 
 impl NodeWrites {
     /// Waits for the writes of the Node before this one to be answered.
     pub async fn turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.0.lock().await
+        self.turn.lock().await
+    }
+
+    /// Counts an edit of the Node's spec as on its way until the returned
+    /// value is dropped.
+    pub fn edit_pending(&self) -> PendingEdit {
+        self.edits.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        PendingEdit(self.edits.clone())
+    }
+
+    /// Whether an edit of the Node's spec is on its way.
+    pub fn edits_pending(&self) -> bool {
+        self.edits.load(std::sync::atomic::Ordering::Acquire) > 0
+    }
+}
+
+/// An edit of the Node's spec on its way (see [`NodeWrites::edit_pending`]).
+pub struct PendingEdit(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for PendingEdit {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -201,6 +231,7 @@ impl ClusterOps {
         &self,
         mut edit: impl FnMut(&Value) -> Option<Value>,
     ) -> Result<(), ClusterError> {
+        let _pending = self.writes.edit_pending();
         let mut backoff = crate::index::Backoff::with(50, 1_000);
         // The first attempt starts from the view; after a conflict, or a
         // view that says there is nothing to do, from the Node itself.

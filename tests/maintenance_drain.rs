@@ -86,6 +86,17 @@ fn run_agent(
     (progress, stop)
 }
 
+/// The condition `type_` of `node`, if it has one.
+async fn condition(client: &kube::Client, node: &str, type_: &str) -> Option<serde_json::Value> {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let n = serde_json::to_value(nodes.get(node).await.expect("the node")).unwrap_or_default();
+    n["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+}
+
 async fn create(nms: &Api<DynamicObject>, name: &str, spec: serde_json::Value) {
     let obj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "maintd.io/v1alpha1", "kind": "NodeMaintenance",
@@ -612,6 +623,31 @@ async fn a_maintenance_limited_to_one_drain_at_a_time_drains_its_nodes_one_after
         1,
         "only the slot's holder is cordoned: {cordoned:?}"
     );
+    // The cluster is told of a wait once it has lasted a few seconds: the
+    // two nodes still waiting have their Event and their Node's condition;
+    // the holder, which took the slot in its first seconds, never said it
+    // waited anywhere.
+    let (_, events) = raw(&sim, "GET", "/apis/events.k8s.io/v1/events", "", vec![]).await;
+    let waited: Vec<&str> = events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["reason"] == "DrainWaiting")
+        .filter_map(|e| e["regarding"]["name"].as_str())
+        .collect();
+    for node in ["node-a", "node-b", "node-c"] {
+        let planned = condition(&client, node, "MaintenancePlanned").await;
+        if cordoned.contains(&node) {
+            assert!(
+                !waited.contains(&node),
+                "{node} took the slot at once: {waited:?}"
+            );
+            assert!(planned.is_none(), "{node}: {planned:?}");
+        } else {
+            assert!(waited.contains(&node), "{node} waits: {waited:?}");
+            assert!(planned.is_some(), "{node} waits, its Node says so");
+        }
+    }
     // Nothing was drained while the slot's holder was held.
     for node in ["node-a", "node-b", "node-c"] {
         assert_ne!(

@@ -990,3 +990,49 @@ async fn the_agents_writes_of_its_node_do_not_race_one_another() {
         "the agent's three writes a round, none refused a conflict, and no one else's"
     );
 }
+
+/// The lists of slot Leases each agent sent so far, by agent.
+fn lease_lists(sim: &SimCluster) -> BTreeMap<String, usize> {
+    let mut by_agent = BTreeMap::new();
+    for r in sim.state.audit.requests() {
+        if r.method == "GET" && !r.watch && r.path.ends_with("/namespaces/maintd/leases") {
+            *by_agent.entry(r.user_agent).or_default() += 1;
+        }
+    }
+    by_agent
+}
+
+/// A rollout whose object appeared after its agents started: no slot of
+/// it can be one a node took before them, and no node looks for one. Each
+/// agent lists the slot Leases once, as it starts (for the reboot slots it
+/// held before a restart); its waits for the new object's turns add no
+/// list, where in a fleet's first wave every node sent two, all at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_started_after_its_agents_adds_no_look_for_slots_held_before() {
+    let (sim, names) = pool(4).await;
+    let mut agents: HashMap<String, RunningAgent> = names
+        .iter()
+        .map(|n| (n.clone(), RunningAgent::start(&sim, n, None)))
+        .collect();
+    let sim_ref = &sim;
+    let agents_ref = &agents;
+    eventually(
+        "every agent knows there is no NodeMaintenance yet and has looked for the slots it held",
+        || async move {
+            agents_ref.values().all(|a| a.agent.maintenance.ready())
+                && lease_lists(sim_ref).len() == 4
+        },
+    )
+    .await;
+    let before = lease_lists(&sim);
+    let uid = create_roll(
+        &sim.client(),
+        "late",
+        json!({"maxConcurrentDrains": 1, "waitForReboot": {"timeoutSeconds": 600}}),
+    )
+    .await;
+    let rebooted =
+        reboot_each_in_turn(&sim, &names, &mut agents, &uid, "late", Restart::NONE).await;
+    assert_eq!(rebooted.len(), 4, "every node took its turn: {rebooted:?}");
+    assert_eq!(lease_lists(&sim), before, "the turns added no list");
+}

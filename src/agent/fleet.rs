@@ -215,12 +215,14 @@ impl Agent {
     /// the status says for what and who holds the slots. First, in one
     /// small LIST each, it takes up again what this node already holds
     /// (the agent restarted in the middle of its turn: it does not queue
-    /// again); the flag says when that first look is over.
+    /// again), unless the NodeMaintenance appeared after the agent
+    /// started; the flag says when that first look is over.
     pub(super) fn wait_for_turn(
         &self,
         ask: &SlotAsk,
         wait: TurnWait,
         wide: bool,
+        own_place: Option<u32>,
         stop: &CancellationToken,
         cancel: CancellationToken,
     ) -> Result<(tokio::task::JoinHandle<Option<Taken>>, Arc<AtomicBool>), String> {
@@ -256,7 +258,8 @@ impl Agent {
                     };
                     let mut any = slots
                         .clone()
-                        .any_slot(line.as_ref().map_or(0, RebootSlots::size));
+                        .any_slot(line.as_ref().map_or(0, RebootSlots::size))
+                        .first_for(own_place);
                     if wide {
                         any = any.widened();
                     }
@@ -281,10 +284,18 @@ impl Agent {
             .strip_prefix("nm-")
             .filter(|_| wait != TurnWait::SlotAhead)
             .map(str::to_string);
+        // A NodeMaintenance that appeared after the agent started has no
+        // slot this node took before: nothing to look for. When a rollout
+        // starts, every node of the fleet would otherwise send these reads
+        // at the same moment, each a consistent read, ahead of its turn.
+        let fresh = ask
+            .group
+            .strip_prefix("nm-")
+            .is_some_and(|name| self.maintenance.appeared_since_start(name));
         let agent = self.clone();
         let task = tokio::spawn(async move {
             let held = async {
-                if wait == TurnWait::SlotAhead {
+                if wait == TurnWait::SlotAhead || fresh {
                     return None;
                 }
                 if let Some(g) = take_up(&slots, &node, &renew, &cancel).await {

@@ -79,6 +79,13 @@ impl Agent {
     /// Says what a planned drain waits for (None: nothing). The status
     /// follows every change of the words; an Event and the gauge follow a
     /// change of what is waited for.
+    ///
+    /// A wait that starts is told to the cluster (the NodeDrain, the Node's
+    /// condition, the Event) only once it has lasted [`UNTOLD_FOR`] and a
+    /// random part of [`UNTOLD_SPREAD`]: when a rollout starts, every node
+    /// of the fleet starts waiting in the same second, and their reports
+    /// would crowd out the writes of the nodes taking the first turns. A
+    /// wait over sooner is never told.
     pub(super) fn say_waiting(&self, why: Option<(HoldKind, String)>) {
         let p = self.progress();
         let st = p.status();
@@ -89,17 +96,55 @@ impl Agent {
         if st.waiting == text && st.waiting_for == kind {
             return;
         }
+        let starts = st.waiting.is_none() && text.is_some();
+        let epoch = st.waiting_epoch + u64::from(starts);
         p.update(|st| {
             st.waiting = text.clone();
             st.waiting_for = kind;
+            st.waiting_epoch = epoch;
+            st.waiting_untold = starts || (st.waiting_untold && text.is_some());
         });
-        if st.waiting_for != kind {
+        if starts {
+            // Wakes what follows the local status (the metrics).
+            p.emit(p.event(EventKind::WaitingUntold));
+            self.tell_waiting_later(epoch);
+        } else if st.waiting_for != kind && !st.waiting_untold {
             let mut ev = p.event(EventKind::DrainWaiting);
             ev.message = text.unwrap_or_default();
             p.emit(ev);
         }
     }
+
+    /// Tells the cluster of wait `epoch` once it has lasted long enough, if
+    /// it still goes on then: its Event now, its words in the NodeDrain
+    /// and the Node's condition with the next status write (which the
+    /// Event wakes).
+    fn tell_waiting_later(&self, epoch: u64) {
+        let p = self.progress().clone();
+        let after = UNTOLD_FOR + UNTOLD_SPREAD.mul_f64(rand::random::<f64>());
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let mut told = None;
+            p.update(|st| {
+                if st.waiting_epoch == epoch && st.waiting_untold {
+                    st.waiting_untold = false;
+                    told = st.waiting.clone();
+                }
+            });
+            if let Some(text) = told {
+                let mut ev = p.event(EventKind::DrainWaiting);
+                ev.message = text;
+                p.emit(ev);
+            }
+        });
+    }
 }
+
+/// How long a wait goes untold at least (see [`Agent::say_waiting`]).
+const UNTOLD_FOR: std::time::Duration = std::time::Duration::from_secs(3);
+/// And at most this much longer, a random part of it for each node, so
+/// that a fleet's reports spread over that time.
+const UNTOLD_SPREAD: std::time::Duration = std::time::Duration::from_secs(12);
 
 impl Reconciler {
     /// The slot wait ended: the slot is ours (the next look starts the
@@ -259,6 +304,19 @@ impl Reconciler {
         let wait_for = waiting.map(|a| (a, line.is_some() && self.place.is_none()));
         let wide = self.place.is_some() && waiting.is_some_and(|a| self.agent.any_slot_now(a));
         let control_plane = self.agent.is_control_plane_now();
+        // Only which slots a node in line watches changes (at the end of a
+        // rollout, all of them): the wait ends, but a slot it was taking
+        // at that moment is this node's turn, kept when the wait comes
+        // back (`on_slot`), not given back for the next node. A new wait
+        // starts after it.
+        if let Some(w) = self.slot_taking.as_mut()
+            && Some((&w.ask, w.place)) == wait_for
+            && Some(w.control_plane) == control_plane
+            && w.wide != wide
+        {
+            w.cancel.cancel();
+            w.wide = wide;
+        }
         if self.slot_taking.as_ref().is_some_and(|w| {
             Some((&w.ask, w.place)) != wait_for
                 || w.wide != wide
@@ -275,6 +333,8 @@ impl Reconciler {
         };
         if self.slot_taking.is_none() {
             let cancel = stop.child_token();
+            // In line, the slot of its place's number is its own.
+            let own_place = self.place.as_ref().and_then(|(_, guard)| guard.index());
             let wait = match (place, self.place.is_some()) {
                 (true, _) => TurnWait::Place,
                 (false, true) => TurnWait::SlotAhead,
@@ -282,7 +342,7 @@ impl Reconciler {
             };
             match self
                 .agent
-                .wait_for_turn(ask, wait, wide, stop, cancel.clone())
+                .wait_for_turn(ask, wait, wide, own_place, stop, cancel.clone())
             {
                 Ok((task, looked)) => {
                     self.slot_taking = Some(SlotWait {
@@ -395,4 +455,75 @@ pub(super) fn wake_at(until: jiff::Timestamp) -> tokio::time::Instant {
         tokio::time::Instant::now(),
         left.saturating_add(std::time::Duration::from_millis(200)),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::drain::progress::DrainEvent;
+
+    fn agent() -> Agent {
+        // Never used to talk to anything.
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        Agent::new(Config::for_node("node-a", "/nonexistent".into()), client)
+    }
+
+    /// The words of the DrainWaiting events sent since the last look (the
+    /// Events the cluster gets).
+    fn told(events: &mut tokio::sync::broadcast::Receiver<Arc<DrainEvent>>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(ev) = events.try_recv() {
+            if ev.event == EventKind::DrainWaiting && !ev.message.is_empty() {
+                out.push(ev.message.clone());
+            }
+        }
+        out
+    }
+
+    async fn pass(d: Duration) {
+        tokio::time::advance(d).await;
+        for _ in 0..5 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_is_told_to_the_cluster_once_it_has_lasted_and_a_short_one_never() {
+        let a = agent();
+        let mut events = a.progress().subscribe();
+        let waiting = |a: &Agent| a.progress().status().waiting;
+        let told_waiting = |a: &Agent| a.progress().status().as_told().waiting;
+
+        // The local status says so at once; the cluster is not told yet.
+        a.say_waiting(Some((HoldKind::Slot, "waiting for a drain slot".into())));
+        assert_eq!(waiting(&a).as_deref(), Some("waiting for a drain slot"));
+        assert_eq!(told_waiting(&a), None);
+        // Over within two seconds: never told, however long after.
+        pass(Duration::from_secs(2)).await;
+        a.say_waiting(None);
+        pass(UNTOLD_FOR + UNTOLD_SPREAD).await;
+        assert_eq!(told(&mut events), Vec::<String>::new());
+        assert_eq!(told_waiting(&a), None);
+
+        // A wait that lasts is told within its time, with its words then.
+        a.say_waiting(Some((HoldKind::Slot, "held by node-b".into())));
+        pass(UNTOLD_FOR - Duration::from_millis(100)).await;
+        assert_eq!(told(&mut events), Vec::<String>::new());
+        assert_eq!(told_waiting(&a), None);
+        a.say_waiting(Some((HoldKind::Slot, "held by node-c".into())));
+        pass(UNTOLD_SPREAD + Duration::from_millis(200)).await;
+        assert_eq!(told(&mut events), ["held by node-c"]);
+        assert_eq!(told_waiting(&a).as_deref(), Some("held by node-c"));
+        // From then on, a change of what it waits for is told at once.
+        a.say_waiting(Some((HoldKind::Window, "the window opens at 02:00".into())));
+        assert_eq!(told(&mut events), ["the window opens at 02:00"]);
+        assert_eq!(
+            told_waiting(&a).as_deref(),
+            Some("the window opens at 02:00")
+        );
+    }
 }

@@ -114,14 +114,17 @@ pub fn lowest<'a>(
 }
 
 /// How many nodes of the order going now (see [`lowest`]) wait for a
-/// turn of each object (not holding a slot yet), by object name.
+/// turn of each object (not holding a slot yet), by object name: those
+/// that say so, and those whose turn is pending with nothing started (a
+/// node says it waits only once it has waited a few seconds).
 pub fn waiting<'a>(
     drains: impl IntoIterator<Item = &'a NodeDrainStatus>,
     lowest: &BTreeMap<String, (i64, usize)>,
 ) -> BTreeMap<String, usize> {
     let mut out: BTreeMap<String, usize> = BTreeMap::new();
     for d in drains {
-        let Some(name) = d.pending_turn.as_ref().filter(|_| d.waiting.is_some()) else {
+        let waits = d.waiting.is_some() || d.phase == "Idle";
+        let Some(name) = d.pending_turn.as_ref().filter(|_| waits) else {
             continue;
         };
         if lowest
@@ -386,10 +389,10 @@ mod tests {
             drain("c", 0, Some("roll")),
             drain("d", 0, None),
         ];
-        // a and b wait; c is taking its turn; d has none.
-        for d in &mut drains[..2] {
-            d.waiting = Some("waiting for a drain slot, next in line".into());
-        }
+        // a says it waits, b waits without saying so yet (its turn is
+        // pending, nothing started); c is taking its turn; d has none.
+        drains[0].waiting = Some("waiting for a drain slot, next in line".into());
+        drains[2].phase = "Draining".into();
         drains[3].waiting = Some("waiting for the maintenance window".into());
         // A node of a later order waiting does not count: it goes later.
         let mut later = drain("e", 4, Some("roll"));

@@ -72,6 +72,11 @@ impl SlotGuard {
         &self.slot
     }
 
+    /// The number of the slot, among its group's.
+    pub fn index(&self) -> Option<u32> {
+        self.slots.index_of(&self.slot)
+    }
+
     /// The group of the slot.
     pub fn group(&self) -> &str {
         self.slots.group()

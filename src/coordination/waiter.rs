@@ -15,6 +15,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::lease::SlotState;
+use super::slots::OWN_HEAD_START;
 use super::{Acquisition, Holder, RebootSlots, SlotGuard};
 use crate::index::{Backoff, Index, WatchGuard, WatchTarget, sleep_until};
 
@@ -47,6 +48,9 @@ pub struct Availability {
     /// One of those is a slot `node` goes for first (see
     /// [`RebootSlots::near`]).
     pub near_open: bool,
+    /// One of those is the slot of its place in line (see
+    /// [`RebootSlots::first_for`]).
+    pub own_open: bool,
     /// Who holds the slots (unexpired holds).
     pub holders: Vec<Holder>,
     /// When the first of those holds expires if it is not renewed, by
@@ -60,6 +64,7 @@ pub struct Availability {
 pub fn availability(slots: &RebootSlots, leases: &[Lease], node: &str) -> Availability {
     let mut open = false;
     let mut near_open = false;
+    let mut own_open = false;
     let mut holders = Vec::new();
     let mut next_expiry: Option<tokio::time::Instant> = None;
     for (slot, l) in slots.slots_among(node, leases) {
@@ -82,12 +87,14 @@ pub fn availability(slots: &RebootSlots, leases: &[Lease], node: &str) -> Availa
             None => {
                 open = true;
                 near_open |= slots.is_near(node, &slot);
+                own_open |= slots.is_own(&slot);
             }
         }
     }
     Availability {
         open,
         near_open,
+        own_open,
         holders,
         next_expiry,
     }
@@ -182,13 +189,22 @@ pub async fn wait_for_slot(
             // see it taken by the first before their own pause ends.
             // Nodes in line go first: their pause is short, and a node
             // behind them waits out the longest of it before its own.
+            // The node whose place in line has the freed slot's number
+            // goes at once, and every other after its head start.
             let ahead = max_pause_ahead(&slots);
-            let pause = if slots.takes_any() && view.near_open {
-                ahead.mul_f64(rand::random::<f64>())
+            let head = if slots.takes_any() || slots.yields() {
+                OWN_HEAD_START
+            } else {
+                Duration::ZERO
+            };
+            let pause = if slots.takes_any() && view.own_open {
+                Duration::ZERO
+            } else if slots.takes_any() && view.near_open {
+                head + ahead.mul_f64(rand::random::<f64>())
             } else if slots.takes_any() {
-                ahead + ahead.mul_f64(rand::random::<f64>())
+                head + ahead + ahead.mul_f64(rand::random::<f64>())
             } else if slots.yields() {
-                ahead * 2 + MAX_PAUSE.mul_f64(rand::random::<f64>())
+                head + ahead * 2 + MAX_PAUSE.mul_f64(rand::random::<f64>())
             } else {
                 MAX_PAUSE.mul_f64(rand::random::<f64>())
             };
@@ -198,16 +214,21 @@ pub async fn wait_for_slot(
             let mut seen = leases(&views);
             let now_view = availability(&slots, &seen, &node);
             // A pause for the slots near it does not let it try the others:
-            // the nodes they are near go first.
-            if !now_view.open || (view.near_open && !now_view.near_open) {
+            // the nodes they are near go first; nor one for its own slot
+            // the others.
+            if !now_view.open
+                || (view.near_open && !now_view.near_open)
+                || (view.own_open && !now_view.own_open)
+            {
                 continue;
             }
-            if now_view.near_open {
+            // Its own slot, one of its candidates, is tried first.
+            if now_view.near_open || now_view.own_open {
                 seen.retain(|l| {
                     l.metadata
                         .name
                         .as_deref()
-                        .is_some_and(|n| slots.is_near(&node, n))
+                        .is_some_and(|n| slots.is_near(&node, n) || slots.is_own(n))
                 });
             }
             // Not raced against a timeout or the cancel: a write that took
@@ -510,6 +531,36 @@ mod tests {
             order,
             [near[0], near[1], near[5], far].map(|i| lease::slot_name("g", i))
         );
+    }
+
+    #[tokio::test]
+    async fn a_node_in_line_goes_first_for_the_slot_of_its_place() {
+        let fresh = "2026-01-01T00:59:00Z";
+        let free = |i: u32| {
+            let mut l = held(i, "", fresh);
+            l.spec.as_mut().unwrap().holder_identity = None;
+            l
+        };
+        let line = slots(100).any_slot(100);
+        let c = line.candidates("n");
+        // Its place in line is one of its candidates' numbers (the same
+        // hash deals both): that slot is its own, and tried first.
+        let own = line.clone().first_for(Some(c[1]));
+        let order: Vec<String> = own
+            .slots_among("n", &[free(c[0]), free(c[1])])
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(order[..2], [c[1], c[0]].map(|i| lease::slot_name("g", i)));
+        let v = availability(&own, &[held(c[0], "a", fresh), free(c[1])], "n");
+        assert!(v.own_open && v.near_open);
+        // Another near slot free, its own held: not its own to go for.
+        let v = availability(&own, &[free(c[0]), held(c[1], "b", fresh)], "n");
+        assert!(!v.own_open && v.near_open);
+        // Without a place, or with one past the slots, nothing is its own.
+        assert!(!line.is_own(&lease::slot_name("g", c[1])));
+        let past = line.first_for(Some(100));
+        assert!(!(0..100).any(|i| past.is_own(&lease::slot_name("g", i))));
     }
 
     #[tokio::test]

@@ -228,6 +228,8 @@ impl Drainer {
                     deadline: st.deadline.take(),
                     waiting: st.waiting.take(),
                     waiting_for: st.waiting_for.take(),
+                    waiting_untold: st.waiting_untold,
+                    waiting_epoch: st.waiting_epoch,
                     ..Default::default()
                 };
                 st.phase = Phase::Cordoned;
@@ -402,6 +404,8 @@ impl Drainer {
         // Capped low: marking the node is what stops new pods landing on
         // it, one request each try (from the watched Node).
         let mut backoff = Backoff::with(200, 2_000);
+        // Its retries too go before the Node's conditions.
+        let _pending = self.ops.node_writes().edit_pending();
         loop {
             match self.ops.mark(&self.taint, opts.cordon).await {
                 Ok(change) => {

@@ -79,6 +79,10 @@ pub enum EventKind {
     /// window, blocking pods, alerts, a slot); empty once it no longer
     /// waits. Sent when what it waits for changes, not its every detail.
     DrainWaiting,
+    /// A planned drain started waiting: the local status and metrics say
+    /// so at once, the cluster once the wait has lasted a few seconds (a
+    /// DrainWaiting then), so no Event is written for this one.
+    WaitingUntold,
     UndoStarted,
     NodeUnmarked,
     StaticPodsRestored,
@@ -105,6 +109,14 @@ pub struct DrainStatus {
     /// Which rule `waiting` is about (the metrics' label).
     #[serde(skip)]
     pub waiting_for: Option<crate::policy::HoldKind>,
+    /// The wait is not told to the cluster yet (its NodeDrain, the Node's
+    /// condition, an Event): it is, once it has lasted a few seconds (see
+    /// [`DrainStatus::as_told`]). The local status shows it at once.
+    #[serde(skip)]
+    pub waiting_untold: bool,
+    /// Counts the waits: which one a later telling is about.
+    #[serde(skip)]
+    pub waiting_epoch: u64,
     /// 1-based number of the stage running now.
     pub current_stage: Option<usize>,
     pub stages: Vec<StageStatus>,
@@ -117,6 +129,17 @@ pub struct DrainStatus {
     pub updated_at: Option<String>,
     pub finished_at: Option<String>,
     pub last_error: Option<String>,
+}
+
+impl DrainStatus {
+    /// The status as the cluster is told it: without a wait not told yet.
+    pub fn as_told(mut self) -> DrainStatus {
+        if self.waiting_untold {
+            self.waiting = None;
+            self.waiting_for = None;
+        }
+        self
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]

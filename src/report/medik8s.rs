@@ -90,7 +90,7 @@ impl StatusReporter {
                 .to_string()
         };
         written.retain(|key, _| objs.iter().any(|o| key_of(o) == *key));
-        let status = medik8s::status(&self.progress.status());
+        let status = medik8s::status(&self.progress.status().as_told());
         for obj in &objs {
             let Some(name) = medik8s::request_for(obj, &self.node) else {
                 continue;

@@ -143,6 +143,10 @@ enum Written {
 /// drain's progress changes with every pod.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
+/// How long the Node's conditions wait at most for an edit of its spec on
+/// its way (see [`crate::cluster::NodeWrites`]).
+const EDIT_FIRST: Duration = Duration::from_secs(10);
+
 /// Whether the NodeDrain's phase changed in a way written at once: to or
 /// from Idle, Cordoned, Drained or Failed. Draining and Blocked take turns
 /// while budgets pace a drain: that is progress.
@@ -176,6 +180,8 @@ impl StatusReporter {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut surfaces: [Surface; 3] = Default::default();
         let mut condition: Option<Vec<ConditionKey>> = None;
+        // Since when the conditions wait behind an edit of the Node's spec.
+        let mut behind_edit: Option<tokio::time::Instant> = None;
         loop {
             let changed = tokio::select! {
                 _ = events.recv() => true,
@@ -206,8 +212,17 @@ impl StatusReporter {
                 medik8s.record(round.ok, round.deferred, now);
             }
             if node_condition.due(now) {
-                let ok = self.write_condition(&mut condition).await;
-                node_condition.record(ok, false, now);
+                // After the edit of the Node's spec on its way, but not
+                // for long: a cordon that keeps failing does not keep the
+                // conditions from being told.
+                let waited = *behind_edit.get_or_insert(now);
+                if self.node_writes.edits_pending() && now - waited < EDIT_FIRST {
+                    node_condition.record(true, true, now);
+                } else {
+                    behind_edit = None;
+                    let ok = self.write_condition(&mut condition).await;
+                    node_condition.record(ok, false, now);
+                }
             }
         }
     }
@@ -238,7 +253,7 @@ impl StatusReporter {
             .collect();
         maintenances.sort();
         let lock_held = self.inhibitor.as_ref().map(|i| i.borrow().held);
-        let drain = self.progress.status();
+        let drain = self.progress.status().as_told();
         let drained = drain.phase == crate::drain::progress::Phase::Drained;
         let order = nodedrain::Order {
             // A bad label is warned of by the agent's loop; it counts as 0.
@@ -339,7 +354,7 @@ impl StatusReporter {
     /// that watches Nodes (KEP-589), so the details are in the node's
     /// NodeDrain. All of them go in one write.
     async fn write_condition(&self, last: &mut Option<Vec<ConditionKey>>) -> bool {
-        let st = self.progress.status();
+        let st = self.progress.status().as_told();
         let shutdown = self.inhibitor.as_ref().is_some_and(|i| {
             let i = i.borrow();
             i.preparing && i.held

@@ -6,7 +6,7 @@
 //! checks again with a capped backoff, so the agent neither waits forever
 //! nor undoes a drain because a list has not arrived yet.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -165,6 +165,10 @@ pub struct MaintenanceTrigger {
     /// generation): a status write by the status writer then costs every
     /// agent a small metadata event, not the whole object.
     meta: Option<Index>,
+    /// The names of the objects there were when the objects were first
+    /// known (None until then): an object that appeared since cannot have
+    /// a slot this node took before the agent started.
+    at_start: Arc<std::sync::Mutex<Option<BTreeSet<String>>>>,
 }
 
 impl Default for MaintenanceTrigger {
@@ -195,6 +199,27 @@ impl MaintenanceTrigger {
             path,
             kind,
             meta: None,
+            at_start: Arc::default(),
+        }
+    }
+
+    /// Whether the object `name` appeared after the objects were first
+    /// known, so after this agent started: no slot of its can be this
+    /// node's from before (false while that is not known).
+    pub fn appeared_since_start(&self, name: &str) -> bool {
+        let at_start = self.at_start.lock().unwrap_or_else(|e| e.into_inner());
+        at_start.as_ref().is_some_and(|names| !names.contains(name))
+    }
+
+    /// Notes the objects there are, the first time they are all known.
+    fn note_first_known(&self) {
+        let mut at_start = self.at_start.lock().unwrap_or_else(|e| e.into_inner());
+        if at_start.is_none() {
+            let objects = self.index.all();
+            let names = objects
+                .iter()
+                .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string));
+            *at_start = Some(names.collect());
         }
     }
 
@@ -310,7 +335,10 @@ impl MaintenanceTrigger {
         loop {
             if meta.synced() {
                 match self.fetch_changed(client, meta, &mut failing).await {
-                    Ok(true) => self.index.mark_synced(),
+                    Ok(true) => {
+                        self.note_first_known();
+                        self.index.mark_synced();
+                    }
                     Ok(false) => {}
                     Err(e) => {
                         tracing::warn!(error = %e, "fetching {}; will retry", self.kind);
