@@ -230,6 +230,71 @@ async fn a_renewing_holder_keeps_its_slot_past_the_lease_duration() {
     assert!(b.try_acquire("node-b").await.unwrap().is_acquired());
 }
 
+/// A holder renews its slot and gives it back with one write each, from
+/// its own last write of the Lease: it reads the Lease only once a write
+/// is refused because someone else changed it, and a renewal after a
+/// takeover finds the slot lost.
+#[tokio::test]
+async fn a_holder_renews_and_gives_back_from_its_own_write_and_reads_only_after_a_conflict() {
+    let sim = common::sim().await;
+    let a = slots(&sim, "workers", 1, LONG);
+    let guard = hold(&a, "node-a").await;
+    let slot = maintd::coordination::slot_name("workers", 0);
+    let path = format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{slot}");
+    let count = |method: &str, code: u16| {
+        sim.state.audit.count_requests(|r| {
+            r.method == method
+                && !r.watch
+                && r.path.split('?').next() == Some(&path)
+                && r.code == code
+        })
+    };
+    let (reads, writes) = (count("GET", 200), count("PUT", 200));
+    for _ in 0..3 {
+        a.renew("node-a", &slot).await.unwrap();
+    }
+    assert_eq!(count("GET", 200), reads, "three renewals, no read");
+    assert_eq!(count("PUT", 200), writes + 3);
+
+    // Someone else's change of the Lease (a label): the next renewal is
+    // refused once, reads the Lease, and renews it.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(sim.client(), NS);
+    leases
+        .patch(
+            &slot,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "infra"}}})),
+        )
+        .await
+        .unwrap();
+    a.renew("node-a", &slot).await.unwrap();
+    assert_eq!(count("PUT", 409), 1);
+    assert_eq!(count("GET", 200), reads + 1, "one read, after the conflict");
+    assert!(guard.release().await.unwrap(), "given back");
+    assert_eq!(count("GET", 200), reads + 1, "given back with no read");
+
+    // Taken over while node-b held it: node-b's renewal from its own last
+    // write is refused, and the read shows the slot lost.
+    let b = slots(&sim, "workers", 1, LONG);
+    assert!(b.try_acquire("node-b").await.unwrap().is_acquired());
+    let reads = count("GET", 200);
+    leases
+        .patch(
+            &slot,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"holderIdentity": "node-c"}})),
+        )
+        .await
+        .unwrap();
+    let e = b.renew("node-b", &slot).await.unwrap_err();
+    assert!(
+        matches!(e, maintd::coordination::CoordinationError::Lost { .. }),
+        "{e}"
+    );
+    assert_eq!(count("PUT", 409), 2);
+    assert_eq!(count("GET", 200), reads + 1, "one read, after the conflict");
+}
+
 // Two worker threads so the two acquirers really run at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_acquirers_for_one_slot_exactly_one_wins() {

@@ -579,9 +579,39 @@ async fn nodes_next_in_line_stay_schedulable_without_cordon_ahead() {
         3,
         "the three slots' nodes, never those in line"
     );
+    // Each slot and place was renewed and given back from the agent's
+    // own last write of it: read by name only after a write was refused.
+    for (agent, (reads, refused)) in slot_reads(&sim) {
+        assert!(
+            reads <= refused,
+            "{agent} read its slots {reads} times by name, after {refused} refused writes"
+        );
+    }
     for (_, a) in agents {
         a.stop().await;
     }
+}
+
+/// Per agent: how often it read a slot or place Lease by name, and how
+/// many of its writes of them were refused as conflicts.
+fn slot_reads(sim: &SimCluster) -> BTreeMap<String, (usize, usize)> {
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/maintd/leases";
+    let mut by_agent: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for r in sim.state.audit.requests() {
+        let Some(rest) = r.path.strip_prefix(leases) else {
+            continue;
+        };
+        let rest = rest.split('?').next().unwrap_or_default();
+        let named_slot = rest.starts_with("/maintd-reboot-");
+        let e = by_agent.entry(r.user_agent).or_default();
+        if r.method == "GET" && !r.watch && named_slot {
+            e.0 += 1;
+        }
+        if (r.method == "PUT" || r.method == "POST") && r.code == 409 {
+            e.1 += 1;
+        }
+    }
+    by_agent
 }
 
 /// A node that does not boot again in time: with `onTimeout: Hold` it

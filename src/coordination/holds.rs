@@ -10,9 +10,16 @@
 //! take it. So a hold is given back only once no part of the agent holds
 //! it any more, and taking and giving back are one at a time within the
 //! agent, so that neither decides on what the other is changing.
+//!
+//! It also keeps each slot Lease as the agent's own last write of it left
+//! it (the API server's answer), so that a renewal or a give-back is one
+//! write guarded by that resourceVersion, not a read and a write: a
+//! Lease changed since is refused as a conflict, and only then read.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::coordination::v1::Lease;
 
 /// The guards one agent holds on each slot Lease, and the lock that keeps
 /// its takes and give-backs one at a time. Cheap to clone; clones share
@@ -27,6 +34,8 @@ pub struct SlotHolds {
 struct Inner {
     writes: tokio::sync::Mutex<()>,
     guards: Mutex<HashMap<String, usize>>,
+    /// Each slot Lease as this agent's last write of it answered.
+    written: Mutex<HashMap<String, Lease>>,
 }
 
 impl SlotHolds {
@@ -60,6 +69,27 @@ impl SlotHolds {
             .unwrap_or_else(|e| e.into_inner())
             .get(key)
             .is_some_and(|n| *n > 0)
+    }
+}
+
+impl SlotHolds {
+    /// Notes `lease` as what this agent's write of the Lease `key` left.
+    pub(super) fn note_written(&self, key: String, lease: Lease) {
+        let mut written = self.inner.written.lock().unwrap_or_else(|e| e.into_inner());
+        written.insert(key, lease);
+    }
+
+    /// The Lease `key` as this agent last wrote it, if it wrote it and has
+    /// not given it back since; it may have changed since.
+    pub(super) fn last_written(&self, key: &str) -> Option<Lease> {
+        let written = self.inner.written.lock().unwrap_or_else(|e| e.into_inner());
+        written.get(key).cloned()
+    }
+
+    /// Forgets the Lease `key`: given back, or found changed.
+    pub(super) fn forget_written(&self, key: &str) {
+        let mut written = self.inner.written.lock().unwrap_or_else(|e| e.into_inner());
+        written.remove(key);
     }
 }
 

@@ -542,12 +542,8 @@ impl RebootSlots {
                 && lease::holder(lease) == Some(node)
             {
                 // Ours even if it lapsed: nobody has taken it over yet.
-                return match self
-                    .api
-                    .replace(name, &PostParams::default(), &lease::renewed(lease, now))
-                    .await
-                {
-                    Ok(_) => Ok(Some(Acquisition::Acquired(name.clone()))),
+                return match self.replace_slot(name, &lease::renewed(lease, now)).await {
+                    Ok(()) => Ok(Some(Acquisition::Acquired(name.clone()))),
                     Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
                     Err(e) => Err(self.err(name, "renewing the slot", crate::client::explain(&e))),
                 };
@@ -591,14 +587,18 @@ impl RebootSlots {
             };
             let attempt = lease::with_bucket(attempt, bucket);
             let result = if lease.is_some() {
-                self.api
-                    .replace(&name, &PostParams::default(), &attempt)
-                    .await
+                self.replace_slot(&name, &attempt).await
             } else {
-                self.api.create(&PostParams::default(), &attempt).await
+                match self.api.create(&PostParams::default(), &attempt).await {
+                    Ok(made) => {
+                        self.holds.note_written(self.hold_key(&name), made);
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
             };
             match result {
-                Ok(_) => return Ok(Some(Acquisition::Acquired(name))),
+                Ok(()) => return Ok(Some(Acquisition::Acquired(name))),
                 // Someone else created or changed this slot first: it is
                 // theirs; try the next one.
                 // A node in line says no holders: it reads none.
@@ -620,6 +620,39 @@ impl RebootSlots {
 
     async fn read_slot(&self, name: &str) -> Result<(String, Option<Lease>), kube::Error> {
         Ok((name.to_string(), self.api.get_opt(name).await?))
+    }
+
+    /// Replaces slot `name` with `lease` (guarded by its resourceVersion)
+    /// and notes the answer as this agent's last write of it; a conflict
+    /// forgets it, the Lease having changed since.
+    async fn replace_slot(&self, name: &str, lease: &Lease) -> Result<(), kube::Error> {
+        let key = self.hold_key(name);
+        match self.api.replace(name, &PostParams::default(), lease).await {
+            Ok(written) => {
+                self.holds.note_written(key, written);
+                Ok(())
+            }
+            Err(e) => {
+                if matches!(&e, kube::Error::Api(s) if s.code == 409) {
+                    self.holds.forget_written(&key);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Slot `name` as `node` last wrote it and still holds it there, else
+    /// as read now: a renewal or give-back starts from the agent's own
+    /// write, and reads the Lease only once that write is refused.
+    async fn own_or_read(&self, node: &str, name: &str) -> Result<Option<Lease>, kube::Error> {
+        if let Some(mine) = self
+            .holds
+            .last_written(&self.hold_key(name))
+            .filter(|l| lease::holder(l) == Some(node))
+        {
+            return Ok(Some(mine));
+        }
+        Ok(self.read_slot(name).await?.1)
     }
 
     fn api_client(&self) -> kube::Client {
@@ -662,7 +695,7 @@ impl RebootSlots {
     /// the node's (taken over after it expired, or released).
     pub async fn renew(&self, node: &str, slot: &str) -> Result<(), CoordinationError> {
         for _ in 0..5 {
-            let lease = self.api.get_opt(slot).await.map_err(|e| {
+            let lease = self.own_or_read(node, slot).await.map_err(|e| {
                 self.err(
                     slot,
                     "reading the slot to renew it",
@@ -676,12 +709,8 @@ impl RebootSlots {
                     lease: format!("{}/{slot}", self.namespace),
                 });
             };
-            match self
-                .api
-                .replace(slot, &PostParams::default(), &lease::renewed(&lease, now))
-                .await
-            {
-                Ok(_) => return Ok(()),
+            match self.replace_slot(slot, &lease::renewed(&lease, now)).await {
+                Ok(()) => return Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => continue,
                 Err(e) => {
                     return Err(self.err(slot, "renewing the slot", crate::client::explain(&e)));
@@ -718,7 +747,8 @@ impl RebootSlots {
 
     /// Gives back slot `name` if `node` holds it and no guard of this
     /// agent does (another part of the agent took it up again, and holds
-    /// it on): one read and one write, whatever the group's size. Returns
+    /// it on): one write from the agent's own last write of it, a read
+    /// only if that is refused, whatever the group's size. Returns
     /// whether it was released.
     pub async fn release_slot(&self, node: &str, name: &str) -> Result<bool, CoordinationError> {
         let _one = self.holds.one_at_a_time().await;
@@ -729,26 +759,26 @@ impl RebootSlots {
     }
 
     async fn release_one(&self, node: &str, name: &str) -> Result<bool, CoordinationError> {
-        // A conflict means the Lease changed between read and write (a
-        // renewal in flight, or a takeover): reread and decide again.
+        // A conflict means the Lease changed since the agent's own last
+        // write or read of it (a renewal in flight, or a takeover): read
+        // it and decide again.
         for attempt in 0.. {
             let Some(current) = self
-                .read_slot(name)
+                .own_or_read(node, name)
                 .await
                 .map_err(|e| self.err(name, "reading the slot", crate::client::explain(&e)))?
-                .1
             else {
                 return Ok(false);
             };
             if lease::holder(&current) != Some(node) {
                 return Ok(false);
             }
-            match self
-                .api
-                .replace(name, &PostParams::default(), &lease::released(&current))
-                .await
-            {
-                Ok(_) => return Ok(true),
+            match self.replace_slot(name, &lease::released(&current)).await {
+                Ok(()) => {
+                    // Given back: the next take starts from what is seen.
+                    self.holds.forget_written(&self.hold_key(name));
+                    return Ok(true);
+                }
                 Err(kube::Error::Api(s)) if s.code == 409 && attempt < 5 => continue,
                 Err(e) => {
                     return Err(self.err(name, "releasing the slot", crate::client::explain(&e)));
