@@ -121,9 +121,11 @@ impl Agent {
     /// Event wakes).
     fn tell_waiting_later(&self, epoch: u64) {
         let p = self.progress().clone();
-        let after = UNTOLD_FOR + UNTOLD_SPREAD.mul_f64(rand::random::<f64>());
+        // From now, not from when the task first runs.
+        let at =
+            tokio::time::Instant::now() + UNTOLD_FOR + UNTOLD_SPREAD.mul_f64(rand::random::<f64>());
         tokio::spawn(async move {
-            tokio::time::sleep(after).await;
+            tokio::time::sleep_until(at).await;
             let mut told = None;
             p.update(|st| {
                 if st.waiting_epoch == epoch && st.waiting_untold {
