@@ -70,9 +70,7 @@ impl SlotHolds {
             .get(key)
             .is_some_and(|n| *n > 0)
     }
-}
 
-impl SlotHolds {
     /// Notes `lease` as what this agent's write of the Lease `key` left.
     pub(super) fn note_written(&self, key: String, lease: Lease) {
         let mut written = self.inner.written.lock().unwrap_or_else(|e| e.into_inner());

@@ -589,13 +589,10 @@ impl RebootSlots {
             let result = if lease.is_some() {
                 self.replace_slot(&name, &attempt).await
             } else {
-                match self.api.create(&PostParams::default(), &attempt).await {
-                    Ok(made) => {
-                        self.holds.note_written(self.hold_key(&name), made);
-                        Ok(())
-                    }
-                    Err(e) => Err(e),
-                }
+                self.api
+                    .create(&PostParams::default(), &attempt)
+                    .await
+                    .map(|made| self.holds.note_written(self.hold_key(&name), made))
             };
             match result {
                 Ok(()) => return Ok(Some(Acquisition::Acquired(name))),
