@@ -360,9 +360,15 @@ async fn pods_given_up_on_for_a_deadline_are_tried_again_when_it_is_withdrawn() 
         "the pod given up on is named, with why: {blockers:?}"
     );
     // The stages after its own still ran, each under a number of its own;
-    // its stage ended out of time and says the pod is still there.
-    let starts: Vec<usize> = agent
-        .events()
+    // its stage ended out of time and says the pod is still there. The
+    // taint may start the drain before the deadline arrives, and the
+    // deadline then re-plans it: the stages counted are the last plan's.
+    let events = agent.events();
+    let last_plan = events
+        .iter()
+        .rposition(|e| e.event == EventKind::DrainStarted)
+        .expect("the drain started");
+    let starts: Vec<usize> = events[last_plan..]
         .iter()
         .filter(|e| e.event == EventKind::StageStarted)
         .filter_map(|e| e.stage)
