@@ -106,12 +106,15 @@ pub struct NodeChange {
     pub uncordoned: bool,
     pub tainted: bool,
     pub untainted: bool,
+    /// A rolling turn's start was recorded (see [`ClusterOps::mark_for_turn`]).
+    pub turn_started: bool,
 }
 
 /// One of the agent's writes of its own Node at a time. Each of them
 /// carries the resourceVersion it was based on; two sent together from the
-/// same view (the cordon and the turn's record as a node takes its slot,
-/// the uncordon and the condition after its reboot) made the second one
+/// same view (the uncordon and the condition after its reboot; the cordon
+/// and the turn's record as a node takes its slot, before the cordon
+/// carried the record) made the second one
 /// lose a conflict to the first and go round a backoff and a read: on
 /// Kubernetes at 1,000 nodes, about one refused write of its Node per node
 /// and seconds between a node's slot and its cordon. A writer takes this,
@@ -321,10 +324,33 @@ impl ClusterOps {
     /// Cordons the node (recording that maintd did, unless it was already
     /// cordoned) and puts `taint` on it. Idempotent.
     pub async fn mark(&self, taint: &TaintSpec, cordon: bool) -> Result<NodeChange, ClusterError> {
+        self.mark_for_turn(taint, cordon, None).await
+    }
+
+    /// [`Self::mark`], recording in the same write the start of `turn`
+    /// where the Node does not show it started (or over) already: a node
+    /// taking its slot is cordoned and shows its turn under way with one
+    /// write of its Node, not two in a row. On a loaded API server each is
+    /// a round trip of up to a second while the slot is taken and the node
+    /// still schedulable, and an agent killed between the two left one
+    /// without the other.
+    pub async fn mark_for_turn(
+        &self,
+        taint: &TaintSpec,
+        cordon: bool,
+        turn: Option<&crate::api::turns::TurnRecord>,
+    ) -> Result<NodeChange, ClusterError> {
+        use crate::api::turns;
         let mut change = NodeChange::default();
         self.edit_node(|node| {
             change = NodeChange::default();
             let mut patch = json!({});
+            if let Some(rec) = turn
+                && turns::state(&rec.uid, node) == turns::TurnState::NotStarted
+            {
+                patch["metadata"]["annotations"] = turns::start_patch(rec);
+                change.turn_started = true;
+            }
             if cordon && node["spec"]["unschedulable"] != true {
                 patch["spec"]["unschedulable"] = json!(true);
                 patch["metadata"]["annotations"][CORDONED_ANNOTATION] = json!("true");

@@ -365,6 +365,31 @@ async fn a_rolling_maintenance_over_eight_nodes_keeps_at_most_two_unschedulable_
         (1..=2).contains(&most),
         "at most 2 unschedulable at once, saw {most}"
     );
+    // A node taking its slot is cordoned and shows its turn under way in
+    // one write: no version of a Node shows one without the other. (Once
+    // it has booted again, its uncordon and its turn recorded done are
+    // two writes.)
+    let apart: Vec<String> = seen
+        .iter()
+        .filter(|n| {
+            let rec = maintd::api::turns::record(n).filter(|t| t.uid == uid);
+            let not_rebooted = rec
+                .as_ref()
+                .is_some_and(|t| Some(t.boot_id.as_str()) == maintd::api::turns::boot_id(n));
+            (not_rebooted && !unschedulable(n))
+                || (unschedulable(n) && rec.is_none() && !done_for(n, &uid))
+        })
+        .map(|n| {
+            format!(
+                "{} at {}: unschedulable {}, turn under way {}",
+                n["metadata"]["name"],
+                n["metadata"]["resourceVersion"],
+                unschedulable(n),
+                maintd::api::turns::record(n).is_some()
+            )
+        })
+        .collect();
+    assert!(apart.is_empty(), "{apart:#?}");
     for (_, a) in agents {
         a.stop().await;
     }
@@ -482,7 +507,15 @@ async fn a_rolling_maintenance_cordons_the_next_node_ahead_and_no_more() {
     assert_eq!(
         most_unschedulable_at_once(&seen),
         3,
-        "two draining and one cordoned ahead, never more"
+        "two draining and one cordoned ahead, never more: {:?}",
+        seen.iter()
+            .map(|n| format!(
+                "{} {} {}",
+                n["metadata"]["name"],
+                n["metadata"]["resourceVersion"],
+                unschedulable(n)
+            ))
+            .collect::<Vec<_>>()
     );
     // The node cordoned ahead stayed cordoned across its agent's restart:
     // it was uncordoned once, after its reboot.

@@ -132,6 +132,8 @@ impl Agent {
             evict: desired.evict,
             deadline: desired.deadline,
             volume_detach_timeout: self.config.volume_detach_timeout,
+            // Set by the loop for the drain of a turn just started.
+            turn: None,
         }
     }
 

@@ -26,6 +26,9 @@ const RETRY_AFTER: Duration = Duration::from_secs(5);
 /// A drain the loop started.
 pub(super) struct Running {
     pub(super) desired: Desired,
+    /// The rolling turn (its object's uid) whose start the drain records
+    /// with its cordon, if it does.
+    pub(super) records_turn: Option<String>,
     cancel: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -348,11 +351,16 @@ impl Reconciler {
         }
         let cancel = stop.child_token();
         let drainer = self.agent.drainer.clone();
-        let opts = self.agent.options(&desired);
+        let mut opts = self.agent.options(&desired);
+        // A drain for the turn whose slot this node just took records the
+        // turn's start with its cordon (see `turn_step`).
+        opts.turn = self.turn_to_start();
+        let records_turn = opts.turn.as_ref().map(|r| r.uid.clone());
         let c = cancel.clone();
         let task = tokio::spawn(async move { drainer.run(opts, c).await });
         self.running = Some(Running {
             desired,
+            records_turn,
             cancel,
             task,
         });

@@ -107,6 +107,15 @@ fn mark(set: &Mutex<HashSet<String>>, uid: String) {
 }
 
 impl Reconciler {
+    /// The record of the start of the turn whose slot this node holds, if
+    /// the Node does not show it started yet.
+    pub(super) fn turn_to_start(&self) -> Option<turns::TurnRecord> {
+        let t = self.slot.as_ref()?.0.turn.as_ref()?;
+        let node = self.agent.node.by_name(&self.agent.config.node)?;
+        (turns::state(&t.uid, &node) == TurnState::NotStarted)
+            .then(|| t.record(&node, jiff::Timestamp::now()))
+    }
+
     /// One look at the turns of the rolling maintenances that select this
     /// node: starts, ends, warns, gives slots back. At most one write at a
     /// time; the loop looks again when it ends.
@@ -133,7 +142,14 @@ impl Reconciler {
             && turns::state(&t.uid, node) == TurnState::NotStarted
         {
             let key = RecordKey::Start(t.uid.clone());
-            if self.turns.recorded_lately(&key) {
+            // The drain for it records the start with its cordon; written
+            // here only when no drain does (the drain under way had
+            // cordoned the node before the slot was taken).
+            let by_drain = self
+                .running
+                .as_ref()
+                .is_some_and(|r| r.records_turn.as_deref() == Some(t.uid.as_str()));
+            if by_drain || self.turns.recorded_lately(&key) {
                 return;
             }
             // Written once: a turn the Node shows started keeps the boot

@@ -82,6 +82,9 @@ pub struct DrainOptions {
     /// How long, once every pod is gone, to wait for the drained pods'
     /// volumes to be detached from the node (zero: not at all).
     pub volume_detach_timeout: Duration,
+    /// The start of a rolling turn this drain is for, recorded on the Node
+    /// in the same write as its cordon (see [`ClusterOps::mark_for_turn`]).
+    pub turn: Option<crate::api::turns::TurnRecord>,
 }
 
 impl Default for DrainOptions {
@@ -96,6 +99,7 @@ impl Default for DrainOptions {
             evict: true,
             deadline: None,
             volume_detach_timeout: DEFAULT_VOLUME_DETACH_TIMEOUT,
+            turn: None,
         }
     }
 }
@@ -407,16 +411,27 @@ impl Drainer {
         // Its retries too go before the Node's conditions.
         let _pending = self.ops.node_writes().edit_pending();
         loop {
-            match self.ops.mark(&self.taint, opts.cordon).await {
+            match self
+                .ops
+                .mark_for_turn(&self.taint, opts.cordon, opts.turn.as_ref())
+                .await
+            {
                 Ok(change) => {
                     let mut ev = self.progress.event(EventKind::NodeMarked);
                     ev.message = format!(
-                        "{}{}",
+                        "{}{}{}",
                         if change.cordoned { "cordoned; " } else { "" },
                         if change.tainted {
                             format!("tainted {}:{}", self.taint.key, self.taint.effect)
                         } else {
                             "taint already present".into()
+                        },
+                        match opts.turn.as_ref().filter(|_| change.turn_started) {
+                            Some(t) => format!(
+                                "; recorded the start of its turn of NodeMaintenance {}",
+                                t.object
+                            ),
+                            None => String::new(),
                         }
                     );
                     self.progress.emit(ev);
