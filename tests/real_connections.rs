@@ -47,6 +47,14 @@ async fn an_agent_holds_one_connection_and_replaces_a_half_open_one() {
         .agent_client_to(node, &format!("https://{}", proxy.addr))
         .await;
 
+    // As the agent starts: its checks first, one call at a time (here the
+    // first of them, its own Node), which opens the connection. Watches
+    // started together on a fresh client each open one before any speaks
+    // HTTP/2, and a watch that lands on one keeps it open until it ends.
+    Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .expect("the agent's first check reads its own Node");
     // The agent's kinds of watch, with its own rights: its Node, its
     // pods, the slot Leases.
     let stop = CancellationToken::new();
@@ -74,8 +82,7 @@ async fn an_agent_holds_one_connection_and_replaces_a_half_open_one() {
     for got in futures::future::join_all(gets).await {
         got.expect("the agent reads its own Node");
     }
-    // Connections started together before the first one spoke HTTP/2 are
-    // closed as soon as it does.
+    // All of them over the one connection.
     until("one connection carries every watch and call", || {
         proxy.open() == 1
     })
