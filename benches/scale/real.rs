@@ -452,7 +452,13 @@ pub fn run(
         std::thread::sleep(Duration::from_millis(50));
     }
     for u in &watch.unslotted {
-        eprintln!("  N={n}: CORDONED WITH NO SLOT: {u}");
+        // As the bench's own watches saw it: on a loaded API server its
+        // Node watch can lag its Lease watch by seconds, so the audit log
+        // (who wrote what when) says whether the agent gave the slot back
+        // before its uncordon.
+        eprintln!(
+            "  N={n}: CORDONED WITH NO SLOT (as the bench's watches show it; check the audit log's order of the uncordon and the Lease's give-back): {u}"
+        );
     }
     let rollout = watch.summary(slots, settings.ahead, settings.reboot_ms, orders);
     rollout.check(n);
