@@ -882,6 +882,50 @@ async fn a_rolling_maintenance_takes_its_nodes_group_by_group_by_drain_order() {
     }
 }
 
+/// A node drained and waiting for its reboot whose turn record someone
+/// removes (the record its cordon carried): the agent writes it again,
+/// at the same boot, so the reboot still ends the turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_record_removed_while_the_node_waits_for_its_reboot_is_written_again() {
+    let (sim, names) = pool(1).await;
+    let client = sim.client();
+    let agent = RunningAgent::start(&sim, &names[0], None);
+    let uid = create_roll(
+        &client,
+        "roll",
+        json!({"maxConcurrentDrains": 1, "waitForReboot": {"timeoutSeconds": 600}}),
+    )
+    .await;
+    agent.wait_event(EventKind::AwaitingReboot).await;
+    let before = maintd::api::turns::record(&node(&client, &names[0]).await)
+        .expect("the turn is recorded under way");
+    Api::<Node>::all(client.clone())
+        .patch(
+            &names[0],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                maintd::api::turns::TURN_ANNOTATION: null}}})),
+        )
+        .await
+        .unwrap();
+    eventually("the turn's record is back", || {
+        let c = client.clone();
+        let name = names[0].clone();
+        async move { maintd::api::turns::record(&node(&c, &name).await).is_some() }
+    })
+    .await;
+    let again = maintd::api::turns::record(&node(&client, &names[0]).await).unwrap();
+    assert_eq!(
+        (again.uid.as_str(), again.boot_id.as_str()),
+        (uid.as_str(), before.boot_id.as_str())
+    );
+    assert!(
+        unschedulable(&node(&client, &names[0]).await),
+        "still cordoned"
+    );
+    agent.stop().await;
+}
+
 /// Two nodes, one slot, and each agent's watch of its Node a second and a
 /// half behind the writes, as an API server under load delivers them: the
 /// agent does not take the view's lag for a turn not yet recorded. Each

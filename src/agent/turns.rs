@@ -137,6 +137,16 @@ impl Reconciler {
             .filter_map(RebootTurn::of)
             .collect();
         let held = self.slot.as_ref().and_then(|(ask, _)| ask.turn.clone());
+        // Once the Node shows the start the drain recorded, the drain is
+        // done with it: a record someone removes later is written again
+        // below, not left to a drain that has marked the node already.
+        if let Some(t) = &held
+            && turns::state(&t.uid, node) != TurnState::NotStarted
+            && let Some(r) = self.running.as_mut()
+            && r.records_turn.as_deref() == Some(t.uid.as_str())
+        {
+            r.records_turn = None;
+        }
         // The slot is ours: the turn starts, at the node's boot now.
         if let Some(t) = &held
             && turns::state(&t.uid, node) == TurnState::NotStarted
