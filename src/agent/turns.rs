@@ -137,47 +137,46 @@ impl Reconciler {
             .filter_map(RebootTurn::of)
             .collect();
         let held = self.slot.as_ref().and_then(|(ask, _)| ask.turn.clone());
-        // Once the Node shows the start the drain recorded, the drain is
-        // done with it: a record someone removes later is written again
-        // below, not left to a drain that has marked the node already.
-        if let Some(t) = &held
-            && turns::state(&t.uid, node) != TurnState::NotStarted
-            && let Some(r) = self.running.as_mut()
-            && r.records_turn.as_deref() == Some(t.uid.as_str())
-        {
-            r.records_turn = None;
-        }
-        // The slot is ours: the turn starts, at the node's boot now.
-        if let Some(t) = &held
-            && turns::state(&t.uid, node) == TurnState::NotStarted
-        {
-            let key = RecordKey::Start(t.uid.clone());
-            // The drain for it records the start with its cordon; written
-            // here only when no drain does (the drain under way had
-            // cordoned the node before the slot was taken).
-            let by_drain = self
+        if let Some(t) = &held {
+            // The drain started for this turn, while it records its start
+            // with its cordon.
+            let drain = self
                 .running
-                .as_ref()
-                .is_some_and(|r| r.records_turn.as_deref() == Some(t.uid.as_str()));
-            if by_drain || self.turns.recorded_lately(&key) {
+                .as_mut()
+                .filter(|r| r.records_turn.as_deref() == Some(t.uid.as_str()));
+            if turns::state(&t.uid, node) != TurnState::NotStarted {
+                // Once the Node shows it, the drain is done with it: a
+                // record someone removes later is written again here, not
+                // left to a drain that has marked the node already.
+                if let Some(r) = drain {
+                    r.records_turn = None;
+                }
+            } else {
+                // The slot is ours: the turn starts, at the node's boot
+                // now; written here only when no drain records it (the
+                // drain under way had cordoned the node before the slot
+                // was taken).
+                let key = RecordKey::Start(t.uid.clone());
+                if drain.is_some() || self.turns.recorded_lately(&key) {
+                    return;
+                }
+                // Written once: a turn the Node shows started keeps the
+                // boot and the time it started at, whatever the view says.
+                let rec = t.record(node, jiff::Timestamp::now());
+                let uid = t.uid.clone();
+                self.write_turn(
+                    key,
+                    format!(
+                        "recording the start of its turn of NodeMaintenance {}",
+                        t.object
+                    ),
+                    move |n| {
+                        (turns::state(&uid, n) == TurnState::NotStarted)
+                            .then(|| turns::start_patch(&rec))
+                    },
+                );
                 return;
             }
-            // Written once: a turn the Node shows started keeps the boot
-            // and the time it started at, whatever the view says.
-            let rec = t.record(node, jiff::Timestamp::now());
-            let uid = t.uid.clone();
-            self.write_turn(
-                key,
-                format!(
-                    "recording the start of its turn of NodeMaintenance {}",
-                    t.object
-                ),
-                move |n| {
-                    (turns::state(&uid, n) == TurnState::NotStarted)
-                        .then(|| turns::start_patch(&rec))
-                },
-            );
-            return;
         }
         for t in &selecting {
             match turns::state(&t.uid, node) {
