@@ -486,7 +486,9 @@ async fn a_control_plane_node_waiting_on_a_not_ready_peer_asks_again_every_few_s
         WatchGuard::default(),
         CancellationToken::new(),
         CancellationToken::new(),
-        std::sync::Arc::new(move |m: String| s.lock().unwrap().push(m)),
+        std::sync::Arc::new(move |m: maintd::drain::progress::WaitWords| {
+            s.lock().unwrap().push(m.text)
+        }),
     ));
     let last = || said.lock().unwrap().last().cloned().unwrap_or_default();
     common::eventually("the wait names the NotReady peer", || {
@@ -572,7 +574,9 @@ async fn a_node_waiting_behind_a_dead_holder_takes_the_slot_when_the_hold_expire
             WatchGuard::default(),
             CancellationToken::new(),
             CancellationToken::new(),
-            std::sync::Arc::new(move |m: String| s.lock().unwrap().push(m)),
+            std::sync::Arc::new(move |m: maintd::drain::progress::WaitWords| {
+                s.lock().unwrap().push(m.text)
+            }),
         )),
     )
     .await

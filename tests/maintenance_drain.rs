@@ -589,14 +589,14 @@ async fn a_maintenance_limited_to_one_drain_at_a_time_drains_its_nodes_one_after
     // While one node drains, the others say why they wait, and are not
     // cordoned: pods evicted from the first can land on them.
     let c = client.clone();
-    eventually("both waiting nodes name the slot's holder", || {
+    eventually("both waiting nodes say the slot is held", || {
         let c = c.clone();
         async move {
             let mut waiting = 0;
             for node in ["node-a", "node-b", "node-c"] {
                 let d = node_drain(&c, node).await;
                 if d["status"]["waiting"].as_str().is_some_and(|w| {
-                    w.contains("NodeMaintenance one-at-a-time") && w.contains("held by node-")
+                    w.contains("NodeMaintenance one-at-a-time") && w.ends_with("its slots are held")
                 }) {
                     waiting += 1;
                 }
@@ -933,4 +933,127 @@ async fn an_agent_restarted_on_a_drained_node_gives_back_the_drain_slot_it_held(
     .await;
     assert!(is_cordoned(&client, "node-a").await, "node-a stays drained");
     second.cancel();
+}
+
+/// A node waiting for a slot says so in its NodeDrain, and that the slots
+/// are held, not by whom: who holds them changes with every turn of the
+/// fleet's other nodes, and each waiting node would write its NodeDrain
+/// at every handover (as the kubelet's updates of its Node wake the
+/// status writer) to say what its local status and its Event say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_nodes_nodedrain_is_not_written_again_as_the_slots_change_hands() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let (sim, client) = three_nodes().await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "maintd");
+    let slot = maintd::coordination::slot_name("nm-words", 0);
+    // The slot is held by a node with no agent here, renewed as it goes.
+    let hold = |holder: &str| {
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now());
+        json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": slot, "namespace": "maintd",
+                         "labels": {"maintd.io/reboot-group": "nm-words"}},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 300,
+                     "acquireTime": now, "renewTime": now},
+        })
+    };
+    leases
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(hold("node-b")).unwrap(),
+        )
+        .await
+        .unwrap();
+    let agent = agent_without_static_pods(&sim, "node-a");
+    let progress = agent.progress().clone();
+    let stop = CancellationToken::new();
+    tokio::spawn(agent.run(stop.clone()));
+    let nms: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
+    create(
+        &nms,
+        "words",
+        json!({"nodeSelector": {"matchLabels": {"pool": "blue"}}, "stage": "Drain", "maxConcurrentDrains": 1}),
+    )
+    .await;
+    let waiting = |d: &serde_json::Value| d["status"]["waiting"].as_str().map(str::to_string);
+    let c = client.clone();
+    eventually("node-a's NodeDrain says it waits for a held slot", || {
+        let c = c.clone();
+        async move {
+            node_drain(&c, "node-a").await["status"]["waiting"]
+                .as_str()
+                .is_some_and(|w| w.ends_with("its slots are held"))
+        }
+    })
+    .await;
+    let said = waiting(&node_drain(&client, "node-a").await);
+    let writes = || {
+        sim.state
+            .audit
+            .entries()
+            .iter()
+            .filter(|e| {
+                e.resource == "nodedrains.maintd.io"
+                    && e.name == "node-a"
+                    && e.subresource.as_deref() == Some("status")
+            })
+            .count()
+    };
+    let before = writes();
+    let nodes: Api<Node> = Api::all(client.clone());
+    // The slot changes hands six times, each time as the agent's own
+    // status shows; the Node is updated after each (as its kubelet does).
+    for (i, holder) in ["node-c", "node-b", "node-c", "node-b", "node-c", "node-x"]
+        .into_iter()
+        .enumerate()
+    {
+        let mut lease: Lease = serde_json::from_value(hold(holder)).unwrap();
+        lease.metadata.resource_version =
+            leases.get(&slot).await.unwrap().metadata.resource_version;
+        leases
+            .replace(&slot, &PostParams::default(), &lease)
+            .await
+            .unwrap();
+        let p = progress.clone();
+        let words = format!("its slots are held by {holder}");
+        eventually("the agent's own status names the new holder", || {
+            let seen = p.status().waiting.is_some_and(|w| w.ends_with(&words));
+            async move { seen }
+        })
+        .await;
+        nodes
+            .patch(
+                "node-a",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {"example.com/beat": i.to_string()}}}),
+                ),
+            )
+            .await
+            .unwrap();
+        // Past the NodeDrain's pace for progress (5 s): a write due would
+        // have gone out by now. Time here paces the input only.
+        tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    }
+    assert_eq!(
+        writes() - before,
+        0,
+        "the NodeDrain was written again as the slot changed hands"
+    );
+    assert_eq!(waiting(&node_drain(&client, "node-a").await), said);
+    assert!(!is_cordoned(&client, "node-a").await, "node-a only waits");
+    // The Event that told the wait named the holder then.
+    let (_, events) = raw(&sim, "GET", "/apis/events.k8s.io/v1/events", "", vec![]).await;
+    let told: Vec<&str> = events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["reason"] == "DrainWaiting" && e["regarding"]["name"] == "node-a")
+        .filter_map(|e| e["note"].as_str())
+        .collect();
+    assert!(
+        told.len() == 1 && told[0].ends_with("its slots are held by node-b"),
+        "{told:?}"
+    );
+    stop.cancel();
 }

@@ -340,9 +340,9 @@ impl Agent {
         let client = self.drainer.ops.client().clone();
         let agent = self.clone();
         let silent = what.is_none();
-        let report = Arc::new(move |why: String| {
+        let report = Arc::new(move |why: crate::drain::progress::WaitWords| {
             if !silent {
-                agent.say_waiting(Some((crate::policy::HoldKind::Slot, why)));
+                agent.say_waiting_in(Some((crate::policy::HoldKind::Slot, why)));
             }
         });
         let request = SlotRequest {

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::fleet::{Taken, TurnWait};
 use super::reconcile::Reconciler;
 use crate::coordination::SlotGuard;
-use crate::drain::progress::{EventKind, Phase};
+use crate::drain::progress::{EventKind, Phase, WaitWords};
 use crate::policy::{Hold, HoldKind};
 use crate::trigger::{Desired, SlotAsk};
 
@@ -87,13 +87,19 @@ impl Agent {
     /// would crowd out the writes of the nodes taking the first turns. A
     /// wait over sooner is never told.
     pub(super) fn say_waiting(&self, why: Option<(HoldKind, String)>) {
+        self.say_waiting_in(why.map(|(k, t)| (k, t.into())));
+    }
+
+    /// [`Self::say_waiting`], in words of which the cluster may be told a
+    /// part only.
+    pub(super) fn say_waiting_in(&self, why: Option<(HoldKind, WaitWords)>) {
         let p = self.progress();
         let st = p.status();
-        let (kind, text) = match &why {
-            Some((k, t)) => (Some(*k), Some(t.clone())),
-            None => (None, None),
+        let (kind, text, told_part) = match why {
+            Some((k, w)) => (Some(k), Some(w.text), w.told),
+            None => (None, None, None),
         };
-        if st.waiting == text && st.waiting_for == kind {
+        if st.waiting == text && st.waiting_for == kind && st.waiting_told == told_part {
             return;
         }
         let starts = st.waiting.is_none() && text.is_some();
@@ -101,6 +107,7 @@ impl Agent {
         p.update(|st| {
             st.waiting = text.clone();
             st.waiting_for = kind;
+            st.waiting_told = told_part;
             st.waiting_epoch = epoch;
             st.waiting_untold = starts || (st.waiting_untold && text.is_some());
         });
@@ -527,5 +534,18 @@ mod tests {
             told_waiting(&a).as_deref(),
             Some("the window opens at 02:00")
         );
+        // Who holds the slots it waits for is in the local status and the
+        // Event; the NodeDrain and the condition say that they are held.
+        let words = WaitWords::with_local_part("its slots are held".into(), " by node-d");
+        a.say_waiting_in(Some((HoldKind::Slot, words.clone())));
+        assert_eq!(told(&mut events), ["its slots are held by node-d"]);
+        assert_eq!(waiting(&a).as_deref(), Some("its slots are held by node-d"));
+        assert_eq!(told_waiting(&a).as_deref(), Some("its slots are held"));
+        // A new holder changes the local status alone.
+        let words = WaitWords::with_local_part("its slots are held".into(), " by node-e");
+        a.say_waiting_in(Some((HoldKind::Slot, words)));
+        assert_eq!(told(&mut events), Vec::<String>::new());
+        assert_eq!(waiting(&a).as_deref(), Some("its slots are held by node-e"));
+        assert_eq!(told_waiting(&a).as_deref(), Some("its slots are held"));
     }
 }

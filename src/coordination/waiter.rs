@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::lease::SlotState;
 use super::slots::OWN_HEAD_START;
 use super::{Acquisition, Holder, RebootSlots, SlotGuard};
+use crate::drain::progress::WaitWords;
 use crate::index::{Backoff, Index, WatchGuard, WatchTarget, sleep_until};
 
 /// The longest random pause before trying a slot the watch shows open.
@@ -102,14 +103,15 @@ pub fn availability(slots: &RebootSlots, leases: &[Lease], node: &str) -> Availa
 
 /// What the waiting is about, for the status: "waiting for a slot of group
 /// g: held by a, b".
-fn waiting_message(slots: &RebootSlots, what: &str, holders: &[Holder]) -> String {
+fn waiting_message(slots: &RebootSlots, what: &str, holders: &[Holder]) -> WaitWords {
     if slots.takes_any() {
         // Its watches show the free slots, not every holder.
         return format!(
             "waiting for {what} (slot group {:?}): none of its {} slots is free",
             slots.group(),
             slots.size()
-        );
+        )
+        .into();
     }
     let mut names: Vec<&str> = holders.iter().map(|h| h.holder.as_str()).collect();
     names.sort_unstable();
@@ -120,15 +122,21 @@ fn waiting_message(slots: &RebootSlots, what: &str, holders: &[Holder]) -> Strin
         .collect::<Vec<_>>()
         .join(", ");
     let more = names.len().saturating_sub(10);
-    format!(
-        "waiting for {what} (slot group {:?}, {} held): held by {shown}{}",
-        slots.group(),
-        names.len(),
-        if more > 0 {
-            format!(" and {more} more")
-        } else {
-            String::new()
-        }
+    // Who holds them is for the local status: the cluster is told that
+    // they are held (see `WaitWords`).
+    WaitWords::with_local_part(
+        format!(
+            "waiting for {what} (slot group {:?}): its slots are held",
+            slots.group()
+        ),
+        &format!(
+            " by {shown}{}",
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ),
     )
 }
 
@@ -152,7 +160,7 @@ pub async fn wait_for_slot(
     guard: WatchGuard,
     stop: CancellationToken,
     cancel: CancellationToken,
-    report: Arc<dyn Fn(String) + Send + Sync>,
+    report: Arc<dyn Fn(WaitWords) + Send + Sync>,
 ) -> Option<SlotGuard> {
     let SlotRequest { slots, node, what } = request;
     let watching = cancel.child_token();
@@ -173,11 +181,11 @@ pub async fn wait_for_slot(
     let _end_watches = watching.drop_guard();
     let mut changes: Vec<_> = views.iter().map(Index::changes).collect();
     let mut backoff = Backoff::with(1_000, 30_000);
-    let mut told = String::new();
-    let mut tell = |message: String| {
-        if message != told {
-            report(message.clone());
-            told = message;
+    let mut told: Option<WaitWords> = None;
+    let mut tell = |words: WaitWords| {
+        if told.as_ref() != Some(&words) {
+            report(words.clone());
+            told = Some(words);
         }
     };
     loop {
@@ -247,14 +255,17 @@ pub async fn wait_for_slot(
                     tell(waiting_message(&slots, &what, &holders));
                 }
                 Ok(Acquisition::QuorumBlocked { not_ready }) => {
-                    tell(format!(
-                        "waiting for {what}: another control-plane node is NotReady ({}); a control-plane node does not start a planned drain then",
-                        not_ready.join(", ")
-                    ));
+                    tell(
+                        format!(
+                            "waiting for {what}: another control-plane node is NotReady ({}); a control-plane node does not start a planned drain then",
+                            not_ready.join(", ")
+                        )
+                        .into(),
+                    );
                     wait_until = Some(tokio::time::Instant::now() + QUORUM_RETRY);
                 }
                 Err(e) => {
-                    tell(format!("waiting for {what}: {e}"));
+                    tell(format!("waiting for {what}: {e}").into());
                     wait_until = Some(tokio::time::Instant::now() + backoff.next_delay());
                 }
             }
@@ -271,7 +282,7 @@ pub async fn wait_for_slot(
                 .next_expiry
                 .map(|at| crate::bounds::later(at, Duration::from_millis(100)));
         } else if let Some(e) = views.iter().find_map(Index::last_error) {
-            tell(format!("waiting for {what}: reading the slots: {e}"));
+            tell(format!("waiting for {what}: reading the slots: {e}").into());
         }
         let changed =
             futures::future::select_all(changes.iter_mut().map(|c| Box::pin(c.changed())));
@@ -449,7 +460,9 @@ mod tests {
         // Its status says no slot is free, not who holds the two it sees.
         assert_eq!(
             waiting_message(&s, "a drain slot, next in line", &v.holders),
-            "waiting for a drain slot, next in line (slot group \"g\"): none of its 5 slots is free"
+            WaitWords::from(
+                "waiting for a drain slot, next in line (slot group \"g\"): none of its 5 slots is free".to_string()
+            )
         );
         // Without it, a node watches its two candidates by name alone.
         let plain = slots(3).watch_selectors("n");
@@ -564,7 +577,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_waiting_message_names_a_few_holders_and_counts_the_rest() {
+    async fn the_waiting_message_names_a_few_holders_and_counts_the_rest_for_the_local_status() {
         let s = slots(20);
         let holders: Vec<Holder> = (0..13)
             .map(|i| Holder {
@@ -574,11 +587,18 @@ mod tests {
             .collect();
         let m = waiting_message(&s, "a drain slot", &holders);
         assert!(
-            m.starts_with(
-                "waiting for a drain slot (slot group \"g\", 13 held): held by node-00, node-01"
+            m.text.starts_with(
+                "waiting for a drain slot (slot group \"g\"): its slots are held by node-00, node-01"
             ),
-            "{m}"
+            "{m:?}"
         );
-        assert!(m.ends_with("and 3 more"), "{m}");
+        assert!(m.text.ends_with("node-09 and 3 more"), "{m:?}");
+        // The cluster is told that they are held, not by whom: that
+        // changes at every handover.
+        let told = m.told.map(|n| &m.text[..n]);
+        assert_eq!(
+            told,
+            Some("waiting for a drain slot (slot group \"g\"): its slots are held")
+        );
     }
 }

@@ -117,6 +117,10 @@ pub struct DrainStatus {
     /// Counts the waits: which one a later telling is about.
     #[serde(skip)]
     pub waiting_epoch: u64,
+    /// How much of `waiting` the cluster is told (see [`WaitWords`]); all
+    /// of it when None.
+    #[serde(skip)]
+    pub waiting_told: Option<usize>,
     /// 1-based number of the stage running now.
     pub current_stage: Option<usize>,
     pub stages: Vec<StageStatus>,
@@ -138,7 +142,40 @@ impl DrainStatus {
             self.waiting = None;
             self.waiting_for = None;
         }
+        if let (Some(w), Some(told)) = (&mut self.waiting, self.waiting_told) {
+            w.truncate(told);
+        }
         self
+    }
+}
+
+/// Why a drain waits, in words: all of them for the local status and the
+/// Event that tells the wait, the first part for the NodeDrain and the
+/// Node's condition. The rest names what changes with every turn of the
+/// fleet's other nodes (who holds the slots it waits for): kept in the
+/// NodeDrain of each waiting node, it would cost a write of it at every
+/// handover, and would be out of date between them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitWords {
+    pub text: String,
+    /// The length of the part the cluster is told (None: all of it).
+    pub told: Option<usize>,
+}
+
+impl WaitWords {
+    /// `told`, then `more` for the local status alone.
+    pub fn with_local_part(told: String, more: &str) -> Self {
+        let len = told.len();
+        WaitWords {
+            text: told + more,
+            told: Some(len),
+        }
+    }
+}
+
+impl From<String> for WaitWords {
+    fn from(text: String) -> Self {
+        WaitWords { text, told: None }
     }
 }
 
