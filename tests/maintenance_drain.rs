@@ -987,18 +987,7 @@ async fn a_waiting_nodes_nodedrain_is_not_written_again_as_the_slots_change_hand
     })
     .await;
     let said = waiting(&node_drain(&client, "node-a").await);
-    let writes = || {
-        sim.state
-            .audit
-            .entries()
-            .iter()
-            .filter(|e| {
-                e.resource == "nodedrains.maintd.io"
-                    && e.name == "node-a"
-                    && e.subresource.as_deref() == Some("status")
-            })
-            .count()
-    };
+    let writes = || nodedrain_status_writes(&sim, "node-a").len();
     let before = writes();
     let nodes: Api<Node> = Api::all(client.clone());
     // The slot changes hands six times, each time as the agent's own

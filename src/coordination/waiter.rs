@@ -101,8 +101,8 @@ pub fn availability(slots: &RebootSlots, leases: &[Lease], node: &str) -> Availa
     }
 }
 
-/// What the waiting is about, for the status: "waiting for a slot of group
-/// g: held by a, b".
+/// What the waiting is about, for the status: "waiting for a slot (slot
+/// group "g"): its slots are held by a, b", the cluster told up to "held".
 fn waiting_message(slots: &RebootSlots, what: &str, holders: &[Holder]) -> WaitWords {
     if slots.takes_any() {
         // Its watches show the free slots, not every holder.

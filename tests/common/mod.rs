@@ -394,6 +394,22 @@ pub fn node_status_writes(sim: &SimCluster, node: &str) -> usize {
         .count()
 }
 
+/// The answers to every write of `node`'s NodeDrain status, in order (their
+/// HTTP codes), from the simulator's audit log.
+pub fn nodedrain_status_writes(sim: &SimCluster, node: &str) -> Vec<u16> {
+    sim.state
+        .audit
+        .entries()
+        .iter()
+        .filter(|e| {
+            e.resource == "nodedrains.maintd.io"
+                && e.name == node
+                && e.subresource.as_deref() == Some("status")
+        })
+        .map(|e| e.code)
+        .collect()
+}
+
 /// What `kubectl kustomize` makes of deploy/ with `deploy/<component>` on
 /// top, as an operator's own kustomization would put it: its documents.
 pub fn kustomize_with_component(component: &str) -> Vec<Value> {
