@@ -584,6 +584,14 @@ async fn nodes_next_in_line_stay_schedulable_without_cordon_ahead() {
     let line = in_line(&agents);
     let drained = slot_holders(&client, "line").await;
     assert_eq!(drained.len(), 3, "{drained:?}");
+    // A node asks for a place in line once it found no slot free: the
+    // first three took theirs at once, so (a race lost to a conflict
+    // aside) none of them took a place the nodes behind then waited for.
+    let places_taken = places_written_by(&sim, "line", &drained);
+    assert!(
+        places_taken.len() <= 1,
+        "slot holders that also took a place in line: {places_taken:?}"
+    );
     let evicted = granted_evictions(&sim);
     for n in &line {
         assert!(!drained.contains(n), "{n} in line holds no slot");
@@ -623,6 +631,29 @@ async fn nodes_next_in_line_stay_schedulable_without_cordon_ahead() {
     for (_, a) in agents {
         a.stop().await;
     }
+}
+
+/// Which of `nodes` created or took over a place in line of
+/// NodeMaintenance `name`.
+fn places_written_by(sim: &SimCluster, name: &str, nodes: &[String]) -> Vec<String> {
+    let place = maintd::coordination::slot_name(&format!("nm.ahead.{name}"), 0);
+    let prefix = place.trim_end_matches('0');
+    let mut wrote: Vec<String> = nodes
+        .iter()
+        .filter(|n| {
+            let agent = maintd::cluster::user_agent(n);
+            sim.state.audit.entries().iter().any(|e| {
+                e.resource == "leases.coordination.k8s.io"
+                    && (e.verb == "create" || e.verb == "update")
+                    && e.code < 300
+                    && e.name.starts_with(prefix)
+                    && e.user_agent == agent
+            })
+        })
+        .cloned()
+        .collect();
+    wrote.sort();
+    wrote
 }
 
 /// Per agent: how often it read a slot or place Lease by name, and how

@@ -14,7 +14,7 @@ use crate::coordination::{
     Acquisition, DEFAULT_LEASE_DURATION, RebootSlots, SlotGuard, SlotRequest, groups_held_by,
     wait_for_slot,
 };
-use crate::drain::progress::{Phase, Progress};
+use crate::drain::progress::{Phase, Progress, WaitWords};
 use crate::fleetlock::{DrainControl, DrainState, FleetLock};
 use crate::trigger::SlotAsk;
 use crate::trigger::local::{LocalRequests, LocalSource};
@@ -241,13 +241,31 @@ impl Agent {
                 (TurnWait::Place, Some(places)) => {
                     let (now, later) = (cancel.child_token(), cancel.child_token());
                     let what = ask.line().map(|l| l.what).unwrap_or_default();
-                    let direct = self.slot_waiter(
+                    // The place is asked for once the direct wait looked
+                    // and found no slot free: a node that takes a slot at
+                    // once takes no place in line it would give back, and
+                    // the nodes behind it see that place free sooner.
+                    let (looked, mut seen) = tokio::sync::watch::channel(false);
+                    let direct = self.slot_wait(
                         slots.clone().behind_line(places.size()),
-                        None,
+                        String::new(),
+                        Arc::new(move |_| {
+                            looked.send_replace(true);
+                        }),
                         stop,
                         now.clone(),
                     );
                     let queued = self.slot_waiter(places.clone(), Some(what), stop, later.clone());
+                    let stopped = later.clone();
+                    let queued = async move {
+                        // Stopped before the direct wait looked, or that
+                        // wait ended (its sender dropped) without looking.
+                        tokio::select! {
+                            l = seen.wait_for(|looked| *looked) => l.ok()?,
+                            _ = stopped.cancelled() => return None,
+                        };
+                        queued.await
+                    };
                     Box::pin(first_of(direct, now, queued, later))
                 }
                 (TurnWait::SlotAhead, _) => {
@@ -337,18 +355,31 @@ impl Agent {
         stop: &CancellationToken,
         cancel: CancellationToken,
     ) -> impl std::future::Future<Output = Option<SlotGuard>> + Send + 'static {
-        let client = self.drainer.ops.client().clone();
         let agent = self.clone();
         let silent = what.is_none();
-        let report = Arc::new(move |why: crate::drain::progress::WaitWords| {
+        let report = Arc::new(move |why: WaitWords| {
             if !silent {
                 agent.say_waiting_in(Some((crate::policy::HoldKind::Slot, why)));
             }
         });
+        self.slot_wait(slots, what.unwrap_or_default(), report, stop, cancel)
+    }
+
+    /// Waits for a slot of `slots`, telling `report` why it still waits
+    /// each time that changes (the first time: it looked and found none).
+    fn slot_wait(
+        &self,
+        slots: RebootSlots,
+        what: String,
+        report: Arc<dyn Fn(WaitWords) + Send + Sync>,
+        stop: &CancellationToken,
+        cancel: CancellationToken,
+    ) -> impl std::future::Future<Output = Option<SlotGuard>> + Send + 'static {
+        let client = self.drainer.ops.client().clone();
         let request = SlotRequest {
             slots,
             node: self.config.node.clone(),
-            what: what.unwrap_or_default(),
+            what,
         };
         wait_for_slot(
             client,
