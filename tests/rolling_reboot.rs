@@ -110,7 +110,12 @@ async fn slot_holders(client: &kube::Client, name: &str) -> Vec<String> {
 
 /// Who holds the places in line of NodeMaintenance `name`.
 async fn place_holders(client: &kube::Client, name: &str) -> Vec<String> {
-    holders(client, &format!("nm.ahead.{name}")).await
+    holders(client, &place_group(name)).await
+}
+
+/// The slot group of NodeMaintenance `name`'s places in line.
+fn place_group(name: &str) -> String {
+    format!("nm.ahead.{name}")
 }
 
 /// Who holds the Leases of slot group `group` now.
@@ -636,13 +641,14 @@ async fn nodes_next_in_line_stay_schedulable_without_cordon_ahead() {
 /// Which of `nodes` created or took over a place in line of
 /// NodeMaintenance `name`.
 fn places_written_by(sim: &SimCluster, name: &str, nodes: &[String]) -> Vec<String> {
-    let place = maintd::coordination::slot_name(&format!("nm.ahead.{name}"), 0);
+    let place = maintd::coordination::slot_name(&place_group(name), 0);
     let prefix = place.trim_end_matches('0');
+    let entries = sim.state.audit.entries();
     let mut wrote: Vec<String> = nodes
         .iter()
         .filter(|n| {
             let agent = maintd::cluster::user_agent(n);
-            sim.state.audit.entries().iter().any(|e| {
+            entries.iter().any(|e| {
                 e.resource == "leases.coordination.k8s.io"
                     && (e.verb == "create" || e.verb == "update")
                     && e.code < 300
