@@ -638,6 +638,113 @@ async fn nodes_next_in_line_stay_schedulable_without_cordon_ahead() {
     }
 }
 
+/// On an API server slow to answer slot writes (each committed a second
+/// after it arrived), a node in line does not race the node whose place
+/// has a freed slot's number: it waits for what its own slot writes took
+/// before it tries, and sees the slot taken. Before, it tried after 0.3 s,
+/// while the first node's take was still on its way, and was refused: on
+/// a real API server under 1,000 agents, five refused writes a handover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_slow_api_server_nodes_in_line_let_the_freed_slots_own_node_take_it() {
+    let (sim, names) = pool(12).await;
+    const LATE: Duration = Duration::from_millis(1500);
+    sim.state.faults.commit_late(
+        "/apis/coordination.k8s.io/v1/namespaces/maintd/leases",
+        LATE,
+    );
+    let Roll {
+        _kubectl,
+        watch,
+        mut agents,
+        uid,
+    } = start_roll(
+        &sim,
+        &names,
+        "slow",
+        json!({"maxConcurrentDrains": 3, "waitForReboot": {"timeoutSeconds": 600}}),
+    )
+    .await;
+    finish_roll(
+        &sim,
+        &names,
+        &mut agents,
+        &watch,
+        &uid,
+        "slow",
+        Restart::NONE,
+    )
+    .await;
+    let slot = maintd::coordination::slot_name("nm-slow", 0);
+    let place = maintd::coordination::slot_name(&place_group("slow"), 0);
+    let (slot, place) = (slot.trim_end_matches('0'), place.trim_end_matches('0'));
+    let entries = sim.state.audit.entries();
+    let lease_write = |e: &maintd_sim::audit::AuditEntry, prefix: &str| {
+        e.resource == "leases.coordination.k8s.io"
+            && (e.verb == "create" || e.verb == "update")
+            && e.name.starts_with(prefix)
+    };
+    // A node is in line from its place's take until its slot's: each
+    // takes one slot in the rollout, and gives its place back after. A
+    // take of it refused lost to the node that wrote the slot last before.
+    // It did not wait if it sent its take before that node's landed, that
+    // node holding the place of the slot's number since before the slot
+    // was given back.
+    let place_taken = |agent: &str, place_name: &str| {
+        entries
+            .iter()
+            .find(|e| e.user_agent == agent && e.name == place_name && e.code < 300)
+            .map(|e| e.t_ms)
+    };
+    let mut refused = Vec::new();
+    let mut lined = 0;
+    for n in &names {
+        let agent = maintd::cluster::user_agent(n);
+        let mine: Vec<_> = entries.iter().filter(|e| e.user_agent == agent).collect();
+        let Some(in_line) = mine
+            .iter()
+            .find(|e| lease_write(e, place) && e.code < 300)
+            .map(|e| e.t_ms)
+        else {
+            continue;
+        };
+        lined += 1;
+        let took = mine
+            .iter()
+            .find(|e| lease_write(e, slot) && e.code < 300)
+            .map_or(u64::MAX, |e| e.t_ms);
+        for e in mine
+            .iter()
+            .filter(|e| lease_write(e, slot) && e.code == 409 && e.t_ms > in_line && e.t_ms <= took)
+        {
+            let written: Vec<_> = entries
+                .iter()
+                .filter(|w| w.name == e.name && w.code < 300 && w.t_ms <= e.t_ms)
+                .collect();
+            let [.., given_back, winner] = written[..] else {
+                continue;
+            };
+            let own_place = format!("{place}{}", &e.name[slot.len()..]);
+            let sent = e.t_ms.saturating_sub(LATE.as_millis() as u64);
+            if place_taken(&winner.user_agent, &own_place).is_some_and(|t| t < given_back.t_ms)
+                && sent < winner.t_ms
+            {
+                refused.push(format!(
+                    "{n} at {} ms (in line from {in_line} ms): {} given back at {} ms, taken at {} ms by {} holding {own_place}",
+                    e.t_ms, e.name, given_back.t_ms, winner.t_ms, winner.user_agent
+                ));
+            }
+        }
+    }
+    assert!(lined >= 2, "nodes waited in line: {lined}");
+    assert!(
+        refused.is_empty(),
+        "slot takes of nodes in line sent before the slot's own node's take landed: {refused:?}"
+    );
+    for (_, a) in agents {
+        a.stop().await;
+    }
+}
+
 /// Which of `nodes` created or took over a place in line of
 /// NodeMaintenance `name`.
 fn places_written_by(sim: &SimCluster, name: &str, nodes: &[String]) -> Vec<String> {

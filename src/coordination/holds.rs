@@ -36,6 +36,8 @@ struct Inner {
     guards: Mutex<HashMap<String, usize>>,
     /// Each slot Lease as this agent's last write of it answered.
     written: Mutex<HashMap<String, Lease>>,
+    /// How long those writes took to be answered.
+    times: super::pace::WriteTimes,
 }
 
 impl SlotHolds {
@@ -82,6 +84,11 @@ impl SlotHolds {
     pub(super) fn last_written(&self, key: &str) -> Option<Lease> {
         let written = self.inner.written.lock().unwrap_or_else(|e| e.into_inner());
         written.get(key).cloned()
+    }
+
+    /// How long this agent's slot writes take to be answered.
+    pub(super) fn write_times(&self) -> &super::pace::WriteTimes {
+        &self.inner.times
     }
 
     /// Forgets the Lease `key`: given back, or found changed.

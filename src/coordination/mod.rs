@@ -24,6 +24,7 @@ mod guard;
 mod holds;
 pub(crate) mod lease;
 mod observed;
+mod pace;
 mod quorum;
 mod slots;
 mod waiter;

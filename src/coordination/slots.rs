@@ -48,6 +48,8 @@ pub struct RebootSlots {
     /// The slot a node in line goes for before any other: the one of its
     /// place's number (see [`Self::first_for`]).
     own: Option<u32>,
+    /// A take tries this slot alone (see [`Self::own_alone`]).
+    only: Option<u32>,
     /// How long this agent has seen each slot's hold unchanged: what
     /// decides that a hold has lapsed (see [`LeaseClock`]).
     clock: LeaseClock,
@@ -79,6 +81,7 @@ impl RebootSlots {
             behind: false,
             line: 0,
             own: None,
+            only: None,
             clock: LeaseClock::new(),
             holds: SlotHolds::new(),
         }
@@ -156,7 +159,7 @@ impl RebootSlots {
 
     /// Slots of which a node holding place `place` in line goes for slot
     /// `place` first, at once when it frees, and the other nodes in line
-    /// only after a head start ([`OWN_HEAD_START`], see the waiter): each
+    /// only after a head start ([`Self::head_start`], see the waiter): each
     /// slot has one node in line that takes it when it frees, where ten
     /// raced for it and nine lost (each loss a refused write; at 1,000
     /// nodes, a hundred slots freeing together cost a thousand). A node's
@@ -164,6 +167,16 @@ impl RebootSlots {
     /// is one of its two candidates, which it watches by name.
     pub fn first_for(mut self, place: Option<u32>) -> Self {
         self.own = place.filter(|p| *p < self.max_holders);
+        self
+    }
+
+    /// The same slots, of which a take tries the node's own (see
+    /// [`Self::first_for`]) and no other: what a node in line tries at
+    /// once when its own slot frees. Were it to lose that race, it would
+    /// otherwise go on at once to the next free slot, whose own node is
+    /// taking it while the others let it.
+    pub fn own_alone(mut self) -> Self {
+        self.only = self.own;
         self
     }
 
@@ -559,6 +572,17 @@ impl RebootSlots {
                 other => Err(other),
             };
         }
+        // A slot it holds already was taken up above, whichever it is.
+        let mut slots = slots;
+        if let Some(only) = self.only {
+            let name = self.slot_name(only);
+            let lease = slots
+                .into_iter()
+                .find(|(n, _)| *n == name)
+                .and_then(|(_, l)| l);
+            // Not among what was seen or read: not created yet.
+            slots = vec![(name, lease)];
+        }
         let mut holders = Vec::new();
         for (name, lease) in slots {
             let bucket = self.index_of(&name).map_or(0, |i| i / BUCKET);
@@ -589,10 +613,10 @@ impl RebootSlots {
             let result = if lease.is_some() {
                 self.replace_slot(&name, &attempt).await
             } else {
-                self.api
-                    .create(&PostParams::default(), &attempt)
-                    .await
-                    .map(|made| self.holds.note_written(self.hold_key(&name), made))
+                let sent = tokio::time::Instant::now();
+                let made = self.api.create(&PostParams::default(), &attempt).await;
+                self.timed(sent, &made);
+                made.map(|made| self.holds.note_written(self.hold_key(&name), made))
             };
             match result {
                 Ok(()) => return Ok(Some(Acquisition::Acquired(name))),
@@ -624,7 +648,10 @@ impl RebootSlots {
     /// forgets it, the Lease having changed since.
     async fn replace_slot(&self, name: &str, lease: &Lease) -> Result<(), kube::Error> {
         let key = self.hold_key(name);
-        match self.api.replace(name, &PostParams::default(), lease).await {
+        let sent = tokio::time::Instant::now();
+        let answer = self.api.replace(name, &PostParams::default(), lease).await;
+        self.timed(sent, &answer);
+        match answer {
             Ok(written) => {
                 self.holds.note_written(key, written);
                 Ok(())
@@ -636,6 +663,27 @@ impl RebootSlots {
                 Err(e)
             }
         }
+    }
+
+    /// Notes how long a slot write sent at `sent` took, if the API server
+    /// answered it (a refusal is an answer; no answer is not a time).
+    fn timed<T>(&self, sent: tokio::time::Instant, answer: &Result<T, kube::Error>) {
+        if matches!(answer, Ok(_) | Err(kube::Error::Api(_))) {
+            self.holds.write_times().note(sent.elapsed());
+        }
+    }
+
+    /// How long the other nodes near a freed slot let the node that goes
+    /// first take it, from how long this agent's slot writes take (see
+    /// [`super::pace`]).
+    pub fn head_start(&self) -> std::time::Duration {
+        self.holds.write_times().head_start()
+    }
+
+    /// How many times longer the random pause before a take lasts than on
+    /// a quick API server (see [`super::pace`]).
+    pub fn pause_stretch(&self) -> f64 {
+        self.holds.write_times().stretch()
     }
 
     /// Slot `name` as `node` last wrote it and still holds it there, else
@@ -839,8 +887,10 @@ pub async fn groups_held_by(
 pub const NEAR: u32 = 10;
 
 /// How long the other nodes in line let a freed slot's own node (the one
-/// holding the place of its number) take it before they try: about what
-/// its write takes to reach their watches on a busy API server.
+/// holding the place of its number) take it before they try, on a quick
+/// API server: about what its write takes to reach their watches. On a
+/// slower one, longer by what the agent's own slot writes take (see
+/// [`super::pace`]).
 pub const OWN_HEAD_START: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// How many neighbouring slots make a bucket: a node's two buckets and its

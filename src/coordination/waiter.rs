@@ -15,12 +15,13 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::lease::SlotState;
-use super::slots::OWN_HEAD_START;
 use super::{Acquisition, Holder, RebootSlots, SlotGuard};
 use crate::drain::progress::WaitWords;
 use crate::index::{Backoff, Index, WatchGuard, WatchTarget, sleep_until};
 
-/// The longest random pause before trying a slot the watch shows open.
+/// The longest random pause before trying a slot the watch shows open, on
+/// a quick API server (up to five times that on a slow one: see
+/// [`RebootSlots::pause_stretch`]).
 const MAX_PAUSE: Duration = Duration::from_secs(2);
 
 /// The same pause for a node in line, for a slot near it (see
@@ -198,13 +199,18 @@ pub async fn wait_for_slot(
             // Nodes in line go first: their pause is short, and a node
             // behind them waits out the longest of it before its own.
             // The node whose place in line has the freed slot's number
-            // goes at once, and every other after its head start.
+            // goes at once, and every other after its head start: what
+            // this agent's slot writes take to land and be seen, at
+            // least OWN_HEAD_START. On a slow API server the random
+            // pauses stretch with it, so that about as few nodes write
+            // before they see the first one's take.
             let ahead = max_pause_ahead(&slots);
             let head = if slots.takes_any() || slots.yields() {
-                OWN_HEAD_START
+                slots.head_start()
             } else {
                 Duration::ZERO
             };
+            let max_pause = MAX_PAUSE.mul_f64(slots.pause_stretch());
             let pause = if slots.takes_any() && view.own_open {
                 Duration::ZERO
             } else if slots.takes_any() && view.near_open {
@@ -212,9 +218,9 @@ pub async fn wait_for_slot(
             } else if slots.takes_any() {
                 head + ahead + ahead.mul_f64(rand::random::<f64>())
             } else if slots.yields() {
-                head + ahead * 2 + MAX_PAUSE.mul_f64(rand::random::<f64>())
+                head + ahead * 2 + max_pause.mul_f64(rand::random::<f64>())
             } else {
-                MAX_PAUSE.mul_f64(rand::random::<f64>())
+                max_pause.mul_f64(rand::random::<f64>())
             };
             if sleep_or_stop(pause, &cancel).await {
                 return None;
@@ -245,7 +251,14 @@ pub async fn wait_for_slot(
             // unrenewed, until it expires.
             // From what the watch shows: a watch behind costs a conflict
             // and a read, a current one saves reading the slots again.
-            match slots
+            // Its own slot, tried at once, is the only one tried then:
+            // the others' own nodes have their head start.
+            let taking = if view.own_open {
+                slots.clone().own_alone()
+            } else {
+                slots.clone()
+            };
+            match taking
                 .acquire_seen_with_renewal(&node, Some(&seen), stop.child_token())
                 .await
             {
