@@ -20,7 +20,7 @@ use crate::drain::progress::WaitWords;
 use crate::index::{Backoff, Index, WatchGuard, WatchTarget, sleep_until};
 
 /// The longest random pause before trying a slot the watch shows open, on
-/// a quick API server (up to twice that on a slow one: see
+/// a quick API server (up to five times that on a slow one: see
 /// [`RebootSlots::pause_stretch`]).
 const MAX_PAUSE: Duration = Duration::from_secs(2);
 
