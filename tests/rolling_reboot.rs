@@ -638,7 +638,7 @@ async fn nodes_next_in_line_stay_schedulable_without_cordon_ahead() {
     }
 }
 
-/// On an API server slow to answer slot writes (each committed a second
+/// On an API server slow to answer slot writes (each committed 1.5 s
 /// after it arrived), a node in line does not race the node whose place
 /// has a freed slot's number: it waits for what its own slot writes took
 /// before it tries, and sees the slot taken. Before, it tried after 0.3 s,
@@ -674,15 +674,9 @@ async fn on_a_slow_api_server_nodes_in_line_let_the_freed_slots_own_node_take_it
         Restart::NONE,
     )
     .await;
-    let slot = maintd::coordination::slot_name("nm-slow", 0);
-    let place = maintd::coordination::slot_name(&place_group("slow"), 0);
-    let (slot, place) = (slot.trim_end_matches('0'), place.trim_end_matches('0'));
+    let (slot, place) = (lease_prefix("nm-slow"), lease_prefix(&place_group("slow")));
+    let (slot, place) = (slot.as_str(), place.as_str());
     let entries = sim.state.audit.entries();
-    let lease_write = |e: &maintd_sim::audit::AuditEntry, prefix: &str| {
-        e.resource == "leases.coordination.k8s.io"
-            && (e.verb == "create" || e.verb == "update")
-            && e.name.starts_with(prefix)
-    };
     // A node is in line from its place's take until its slot's: each
     // takes one slot in the rollout, and gives its place back after. A
     // take of it refused lost to the node that wrote the slot last before.
@@ -745,23 +739,33 @@ async fn on_a_slow_api_server_nodes_in_line_let_the_freed_slots_own_node_take_it
     }
 }
 
+/// What the names of slot group `group`'s Leases begin with (the slot's
+/// number follows).
+fn lease_prefix(group: &str) -> String {
+    let first = maintd::coordination::slot_name(group, 0);
+    first.trim_end_matches('0').to_string()
+}
+
+/// Whether audit entry `e` is a create or replace of a Lease whose name
+/// begins with `prefix`, whatever its answer.
+fn lease_write(e: &maintd_sim::audit::AuditEntry, prefix: &str) -> bool {
+    e.resource == "leases.coordination.k8s.io"
+        && (e.verb == "create" || e.verb == "update")
+        && e.name.starts_with(prefix)
+}
+
 /// Which of `nodes` created or took over a place in line of
 /// NodeMaintenance `name`.
 fn places_written_by(sim: &SimCluster, name: &str, nodes: &[String]) -> Vec<String> {
-    let place = maintd::coordination::slot_name(&place_group(name), 0);
-    let prefix = place.trim_end_matches('0');
+    let prefix = lease_prefix(&place_group(name));
     let entries = sim.state.audit.entries();
     let mut wrote: Vec<String> = nodes
         .iter()
         .filter(|n| {
             let agent = maintd::cluster::user_agent(n);
-            entries.iter().any(|e| {
-                e.resource == "leases.coordination.k8s.io"
-                    && (e.verb == "create" || e.verb == "update")
-                    && e.code < 300
-                    && e.name.starts_with(prefix)
-                    && e.user_agent == agent
-            })
+            entries
+                .iter()
+                .any(|e| lease_write(e, &prefix) && e.code < 300 && e.user_agent == agent)
         })
         .cloned()
         .collect();
