@@ -23,8 +23,16 @@ async fn helper(dir: &Path) -> (HelperClient, CancellationToken) {
     };
     let stop = CancellationToken::new();
     tokio::spawn(serve(config, stop.clone()));
-    while !socket.exists() {
-        tokio::task::yield_now().await;
+    // Listening, not only bound: the socket's file is there a moment
+    // before it takes connections, and a call then is refused.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the helper did not listen on {}",
+            socket.display()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     (HelperClient::new(socket), stop)
 }
