@@ -767,3 +767,101 @@ async fn a_node_in_line_sees_and_takes_a_free_slot_of_its_buckets_not_a_far_one(
         g.release().await.unwrap();
     }
 }
+
+/// A node in line, with two slots near it given back at once: the first
+/// in its order has a node holding its place in line (it goes first for
+/// that slot), the other's place is empty. It takes the one nobody goes
+/// first for, without waiting out that node's head start, and leaves the
+/// other to its own node.
+#[tokio::test]
+async fn a_node_in_line_takes_the_freed_slot_whose_place_is_empty_and_leaves_the_other_to_its_node()
+{
+    let sim = common::sim().await;
+    let (group, places_group) = ("nm-own", "nm.ahead.own");
+    let mut guards = Vec::new();
+    let mut i = 0;
+    while guards.len() < 20 {
+        assert!(i < 10_000, "twenty slots filled");
+        let taken = slots(&sim, group, 20, LONG)
+            .acquire_with_renewal(&format!("h-{i}"), CancellationToken::new())
+            .await
+            .unwrap();
+        if let Acquisition::Acquired(g) = taken {
+            guards.push(g);
+        }
+        i += 1;
+    }
+    let in_line = slots(&sim, group, 20, LONG)
+        .any_slot(20)
+        .placed_in(places_group);
+    // Its two candidates come first in its order.
+    let near = in_line.near("n");
+    let (first, other) = (near[0], near[1]);
+    let name = |i: u32| maintd::coordination::slot_name(group, i);
+    // The first's place is held by a node that goes first for it; the
+    // other's place was held and given back.
+    let take_place = |node: &'static str, i: u32| {
+        let places = slots(&sim, places_group, 20, LONG).any_slot(0).alone(i);
+        async move {
+            match places
+                .acquire_with_renewal(node, CancellationToken::new())
+                .await
+                .unwrap()
+            {
+                Acquisition::Acquired(g) => g,
+                other => panic!("{node} should get place {i}, got {other:?}"),
+            }
+        }
+    };
+    let first_place = take_place("r", first).await;
+    let other_place = take_place("s", other).await;
+    assert_eq!(
+        (first_place.index(), other_place.index()),
+        (Some(first), Some(other))
+    );
+    assert!(other_place.release().await.unwrap());
+    // Both slots given back at once.
+    let mut kept = Vec::new();
+    for g in guards {
+        if g.slot() == name(first) || g.slot() == name(other) {
+            assert!(g.release().await.unwrap());
+        } else {
+            kept.push(g);
+        }
+    }
+    let request = SlotRequest {
+        slots: in_line,
+        node: "n".into(),
+        what: "a drain slot, next in line".into(),
+    };
+    let taken = tokio::time::timeout(
+        Duration::from_secs(30),
+        wait_for_slot(
+            sim.client(),
+            request,
+            WatchGuard::default(),
+            CancellationToken::new(),
+            CancellationToken::new(),
+            std::sync::Arc::new(|_| {}),
+        ),
+    )
+    .await
+    .expect("a slot is taken")
+    .expect("not cancelled");
+    assert_eq!(
+        taken.slot(),
+        name(other),
+        "the slot whose place is empty, though the other comes first"
+    );
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(sim.client(), NS);
+    let first_now = leases.get(&name(first)).await.unwrap();
+    assert!(
+        first_now.spec.and_then(|s| s.holder_identity).is_none(),
+        "the slot with its own node stays free for it"
+    );
+    assert!(taken.release().await.unwrap());
+    assert!(first_place.release().await.unwrap());
+    for g in kept {
+        g.release().await.unwrap();
+    }
+}

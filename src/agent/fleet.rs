@@ -278,6 +278,9 @@ impl Agent {
                         .clone()
                         .any_slot(line.as_ref().map_or(0, RebootSlots::size))
                         .first_for(own_place);
+                    if let Some(places) = &line {
+                        any = any.placed_in(places.group());
+                    }
                     if wide {
                         any = any.widened();
                     }

@@ -50,6 +50,9 @@ pub struct RebootSlots {
     own: Option<u32>,
     /// A take tries this slot alone (see [`Self::own_alone`]).
     only: Option<u32>,
+    /// The group of the places in line whose numbers are these slots'
+    /// (see [`Self::placed_in`]).
+    places: Option<String>,
     /// How long this agent has seen each slot's hold unchanged: what
     /// decides that a hold has lapsed (see [`LeaseClock`]).
     clock: LeaseClock,
@@ -82,6 +85,7 @@ impl RebootSlots {
             line: 0,
             own: None,
             only: None,
+            places: None,
             clock: LeaseClock::new(),
             holds: SlotHolds::new(),
         }
@@ -180,6 +184,49 @@ impl RebootSlots {
         self
     }
 
+    /// The same slots, of which a take tries slot `index` and no other:
+    /// what a node in line tries first when a slot that no node goes
+    /// first for frees (see [`Self::has_own_node`]).
+    pub fn alone(mut self, index: u32) -> Self {
+        self.only = Some(index);
+        self
+    }
+
+    /// Slots whose places in line are the Leases of group `places`, place
+    /// `i` the one whose node goes first for slot `i` (see
+    /// [`Self::first_for`]). A node in line then watches the free places
+    /// of its buckets beside their free slots (see
+    /// [`Self::place_selector`]): a slot that frees while its place is
+    /// empty has no node to let go first, and the nodes near it try at
+    /// once rather than after the head start. At the end of a rollout,
+    /// when the places empty one by one, that was most handovers, each a
+    /// head start late (two to three seconds at 1,000 nodes).
+    pub fn placed_in(mut self, places: &str) -> Self {
+        self.places = Some(places.to_string());
+        self
+    }
+
+    /// Whether a node in line may be about to take slot `name` first, by
+    /// what `free_places` (the free places a watch shows) says: its number
+    /// has a place in line and that place is not seen free. A slot past
+    /// the line has no place, so no node goes first for it; a place not
+    /// seen at all (never taken yet, or no watch of them) counts as held.
+    pub fn has_own_node(&self, name: &str, free_places: &[Lease]) -> bool {
+        let Some(i) = self.index_of(name) else {
+            return false;
+        };
+        if i >= self.line {
+            return false;
+        }
+        let Some(places) = &self.places else {
+            return true;
+        };
+        let place = lease::slot_name(places, i);
+        !free_places.iter().any(|l| {
+            l.metadata.name.as_deref() == Some(place.as_str()) && lease::holder(l).is_none()
+        })
+    }
+
     /// Whether `name` is the slot this node in line goes for first.
     pub fn is_own(&self, name: &str) -> bool {
         self.own.is_some() && self.index_of(name) == self.own
@@ -233,18 +280,49 @@ impl RebootSlots {
             .map(|i| (Some(format!("metadata.name={}", self.slot_name(i))), None))
             .collect();
         if self.any {
-            let mut free = format!("{},!{}", self.group_selector(), lease::HOLDER_LABEL);
-            if let Some(buckets) = self.buckets(node).filter(|_| !self.wide) {
-                let [a, b] = buckets;
-                free.push_str(&format!(",{} in ({a},{b})", lease::BUCKET_LABEL));
-            }
-            selectors.push((None, Some(free)));
+            let buckets = self.buckets(node).map(Vec::from);
+            selectors.push((None, Some(self.free_in(&self.group, buckets))));
         }
         selectors
     }
 
+    /// The label selector of `group`'s free Leases in `buckets` (every
+    /// bucket when None, or once widened): slots or places, numbered alike.
+    fn free_in(&self, group: &str, buckets: Option<Vec<u32>>) -> String {
+        let mut free = format!(
+            "{GROUP_LABEL}={},!{}",
+            lease::label_value(group),
+            lease::HOLDER_LABEL
+        );
+        if let Some(buckets) = buckets.filter(|_| !self.wide) {
+            let listed: Vec<String> = buckets.iter().map(u32::to_string).collect();
+            free.push_str(&format!(
+                ",{} in ({})",
+                lease::BUCKET_LABEL,
+                listed.join(",")
+            ));
+        }
+        free
+    }
+
     fn group_selector(&self) -> String {
         format!("{GROUP_LABEL}={}", lease::label_value(&self.group))
+    }
+
+    /// How a node in line watches the free places of the buckets its near
+    /// slots are in (its two buckets, and its candidates'; every free
+    /// place once widened): the places whose slots no node goes first for
+    /// (see [`Self::placed_in`]). None when it takes no slot of the group
+    /// but its own two, or the places are not known.
+    pub fn place_selector(&self, node: &str) -> Option<String> {
+        let places = self.places.as_deref().filter(|_| self.any)?;
+        let buckets = self.buckets(node).map(|_| {
+            let mut b: Vec<u32> = self.near(node).iter().map(|i| i / BUCKET).collect();
+            b.sort_unstable();
+            b.dedup();
+            b
+        });
+        Some(self.free_in(places, buckets))
     }
 
     /// The group's slot Leases, with the label `also` too if given, in one

@@ -37,6 +37,48 @@ fn max_pause_ahead(slots: &RebootSlots) -> Duration {
     (Duration::from_millis(25) * racers).clamp(Duration::from_millis(50), Duration::from_secs(1))
 }
 
+/// Which of the open slots a waiting node goes for, and so how long it
+/// lets the others try first (see the waiter's pauses).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Going {
+    /// Its own, the slot of its place in line: at once.
+    Own,
+    /// One that no node goes first for (see [`RebootSlots::has_own_node`]):
+    /// without a head start, a near one before a far one.
+    Unowned { near: bool },
+    /// One near it, after the head start of the slots' own nodes.
+    Near,
+    /// Any: a node in line after the nodes near it, any other node after
+    /// the nodes in line.
+    Any,
+}
+
+impl Going {
+    fn of(slots: &RebootSlots, view: &Availability) -> Going {
+        if !slots.takes_any() {
+            return Going::Any;
+        }
+        match view.unowned {
+            _ if view.own_open => Going::Own,
+            Some((_, true)) => Going::Unowned { near: true },
+            _ if view.near_open => Going::Near,
+            Some((_, false)) => Going::Unowned { near: false },
+            None => Going::Any,
+        }
+    }
+
+    /// Whether `now`, after the pause, still shows what it went for.
+    fn still(self, now: &Availability) -> bool {
+        match self {
+            Going::Own => now.own_open,
+            Going::Unowned { near: true } => now.unowned.is_some_and(|(_, near)| near),
+            Going::Unowned { near: false } => now.unowned.is_some(),
+            Going::Near => now.near_open,
+            Going::Any => true,
+        }
+    }
+}
+
 /// How long a control-plane node blocked by the quorum guard waits before
 /// it looks again (node readiness is not what this watch sees).
 const QUORUM_RETRY: Duration = Duration::from_secs(5);
@@ -53,6 +95,11 @@ pub struct Availability {
     /// One of those is the slot of its place in line (see
     /// [`RebootSlots::first_for`]).
     pub own_open: bool,
+    /// The first of those in the order they are tried (its own, the near
+    /// ones, then the others: a near one if any) that no node in line
+    /// goes first for (see [`RebootSlots::has_own_node`]), and whether it
+    /// is near; for a node in line only.
+    pub unowned: Option<(u32, bool)>,
     /// Who holds the slots (unexpired holds).
     pub holders: Vec<Holder>,
     /// When the first of those holds expires if it is not renewed, by
@@ -64,9 +111,22 @@ pub struct Availability {
 /// by how long this agent has seen it unchanged (see
 /// [`super::LeaseClock`]).
 pub fn availability(slots: &RebootSlots, leases: &[Lease], node: &str) -> Availability {
+    availability_placed(slots, leases, &[], node)
+}
+
+/// [`availability`], with the free places in line a watch shows (see
+/// [`RebootSlots::placed_in`]): which open slot has no node that goes
+/// first for it.
+pub fn availability_placed(
+    slots: &RebootSlots,
+    leases: &[Lease],
+    free_places: &[Lease],
+    node: &str,
+) -> Availability {
     let mut open = false;
     let mut near_open = false;
     let mut own_open = false;
+    let mut unowned = None;
     let mut holders = Vec::new();
     let mut next_expiry: Option<tokio::time::Instant> = None;
     for (slot, l) in slots.slots_among(node, leases) {
@@ -88,8 +148,16 @@ pub fn availability(slots: &RebootSlots, leases: &[Lease], node: &str) -> Availa
             }
             None => {
                 open = true;
-                near_open |= slots.is_near(node, &slot);
+                let near = slots.is_near(node, &slot);
+                near_open |= near;
                 own_open |= slots.is_own(&slot);
+                if unowned.is_none()
+                    && slots.takes_any()
+                    && !slots.has_own_node(&slot, free_places)
+                    && let Some(i) = slots.index_of(&slot)
+                {
+                    unowned = Some((i, near));
+                }
             }
         }
     }
@@ -97,6 +165,7 @@ pub fn availability(slots: &RebootSlots, leases: &[Lease], node: &str) -> Availa
         open,
         near_open,
         own_open,
+        unowned,
         holders,
         next_expiry,
     }
@@ -178,9 +247,27 @@ pub async fn wait_for_slot(
             index
         })
         .collect();
+    // The free places in line of its buckets, for a node in line: which
+    // freed slots have no node that goes first for them.
+    let places: Option<Index> = slots.place_selector(&node).map(|labels| {
+        let index = Index::new();
+        let target = WatchTarget::new(slots.leases_path(), None, guard.clone()).labelled(labels);
+        tokio::spawn(index.clone().run(client.clone(), target, watching.clone()));
+        index
+    });
     // The watches end with the waiting, whatever ends it.
     let _end_watches = watching.drop_guard();
-    let mut changes: Vec<_> = views.iter().map(Index::changes).collect();
+    let mut changes: Vec<_> = views
+        .iter()
+        .chain(places.iter())
+        .map(Index::changes)
+        .collect();
+    let seen_now = |views: &[Index]| {
+        let free_places = places
+            .as_ref()
+            .map_or_else(Vec::new, |p| leases(std::slice::from_ref(p)));
+        availability_placed(&slots, &leases(views), &free_places, &node)
+    };
     let mut backoff = Backoff::with(1_000, 30_000);
     let mut told: Option<WaitWords> = None;
     let mut tell = |words: WaitWords| {
@@ -190,8 +277,13 @@ pub async fn wait_for_slot(
         }
     };
     loop {
-        let ready = views.iter().all(Index::synced);
-        let view = availability(&slots, &leases(&views), &node);
+        // The places' watch is waited for too, unless it fails: without
+        // it every slot counts as having its own node.
+        let places_known = places
+            .as_ref()
+            .is_none_or(|p| p.synced() || p.last_error().is_some());
+        let ready = views.iter().all(Index::synced) && places_known;
+        let view = seen_now(&views);
         let mut wait_until: Option<tokio::time::Instant> = None;
         if ready && view.open {
             // A random pause: of the nodes that saw the slot open, most
@@ -201,9 +293,11 @@ pub async fn wait_for_slot(
             // The node whose place in line has the freed slot's number
             // goes at once, and every other after its head start: what
             // this agent's slot writes take to land and be seen, at
-            // least OWN_HEAD_START. On a slow API server the random
-            // pauses stretch with it, so that about as few nodes write
-            // before they see the first one's take.
+            // least OWN_HEAD_START; a slot whose place in line is empty
+            // has no such node, and the nodes near it try it at once. On
+            // a slow API server the random pauses stretch with it, so
+            // that about as few nodes write before they see the first
+            // one's take.
             let ahead = max_pause_ahead(&slots);
             let head = if slots.takes_any() || slots.yields() {
                 slots.head_start()
@@ -211,33 +305,43 @@ pub async fn wait_for_slot(
                 Duration::ZERO
             };
             let max_pause = MAX_PAUSE.mul_f64(slots.pause_stretch());
-            let pause = if slots.takes_any() && view.own_open {
-                Duration::ZERO
-            } else if slots.takes_any() && view.near_open {
-                head + ahead.mul_f64(rand::random::<f64>())
-            } else if slots.takes_any() {
-                head + ahead + ahead.mul_f64(rand::random::<f64>())
-            } else if slots.yields() {
-                head + ahead * 2 + max_pause.mul_f64(rand::random::<f64>())
-            } else {
-                max_pause.mul_f64(rand::random::<f64>())
+            let going = Going::of(&slots, &view);
+            let pause = match going {
+                Going::Own => Duration::ZERO,
+                // No node goes first for it (its place in line is empty):
+                // no head start to wait out.
+                Going::Unowned { near: true } => ahead.mul_f64(rand::random::<f64>()),
+                Going::Unowned { near: false } => ahead + ahead.mul_f64(rand::random::<f64>()),
+                Going::Near => head + ahead.mul_f64(rand::random::<f64>()),
+                Going::Any if slots.takes_any() => {
+                    head + ahead + ahead.mul_f64(rand::random::<f64>())
+                }
+                Going::Any if slots.yields() => {
+                    head + ahead * 2 + max_pause.mul_f64(rand::random::<f64>())
+                }
+                Going::Any => max_pause.mul_f64(rand::random::<f64>()),
             };
             if sleep_or_stop(pause, &cancel).await {
                 return None;
             }
             let mut seen = leases(&views);
-            let now_view = availability(&slots, &seen, &node);
+            let now_view = seen_now(&views);
             // A pause for the slots near it does not let it try the others:
             // the nodes they are near go first; nor one for its own slot
-            // the others.
-            if !now_view.open
-                || (view.near_open && !now_view.near_open)
-                || (view.own_open && !now_view.own_open)
-            {
+            // the others; nor one for a slot nobody went first for a slot
+            // whose own node now does (its place was taken meanwhile).
+            if !now_view.open || !going.still(&now_view) {
                 continue;
             }
+            // A slot nobody goes first for, seen now (its place's watch may
+            // have caught up meanwhile), is tried alone (below).
+            let unowned = match (going, Going::of(&slots, &now_view)) {
+                (Going::Own, _) => None,
+                (_, Going::Unowned { .. }) => now_view.unowned.map(|(i, _)| i),
+                _ => None,
+            };
             // Its own slot, one of its candidates, is tried first.
-            if now_view.near_open || now_view.own_open {
+            if unowned.is_none() && (now_view.near_open || now_view.own_open) {
                 seen.retain(|l| {
                     l.metadata
                         .name
@@ -252,11 +356,13 @@ pub async fn wait_for_slot(
             // From what the watch shows: a watch behind costs a conflict
             // and a read, a current one saves reading the slots again.
             // Its own slot, tried at once, is the only one tried then:
-            // the others' own nodes have their head start.
-            let taking = if view.own_open {
-                slots.clone().own_alone()
-            } else {
-                slots.clone()
+            // the others' own nodes have their head start; and a slot
+            // nobody goes first for, tried before their head start ends,
+            // the only one then.
+            let taking = match (going, unowned) {
+                (Going::Own, _) => slots.clone().own_alone(),
+                (_, Some(i)) => slots.clone().alone(i),
+                _ => slots.clone(),
             };
             match taking
                 .acquire_seen_with_renewal(&node, Some(&seen), stop.child_token())
@@ -587,6 +693,100 @@ mod tests {
         assert!(!line.is_own(&lease::slot_name("g", c[1])));
         let past = line.first_for(Some(100));
         assert!(!(0..100).any(|i| past.is_own(&lease::slot_name("g", i))));
+    }
+
+    #[tokio::test]
+    async fn a_freed_slot_whose_place_in_line_is_empty_has_no_node_to_let_go_first() {
+        let fresh = "2026-01-01T00:59:00Z";
+        let free = |group: &str, i: u32| {
+            let mut l = held(i, "", fresh);
+            l.metadata.name = Some(lease::slot_name(group, i));
+            l.spec.as_mut().unwrap().holder_identity = None;
+            l
+        };
+        // Forty slots, every one held but those freed; a line of thirty.
+        let with_free = |freed: &[u32]| -> Vec<Lease> {
+            (0..40)
+                .map(|i| {
+                    if freed.contains(&i) {
+                        free("g", i)
+                    } else {
+                        held(i, &format!("h-{i}"), fresh)
+                    }
+                })
+                .collect()
+        };
+        let line = slots(40).any_slot(30).placed_in("g.places");
+        let near: Vec<u32> = line.near("n").into_iter().filter(|i| *i < 30).collect();
+        let (a, b) = (near[0], near[1]);
+        // Both free; the place of the first is not seen free (its node
+        // may be taking it), the second's is: the second has no own node.
+        let both = with_free(&[a, b]);
+        let v = availability_placed(&line, &both, &[free("g.places", b)], "n");
+        assert!(v.open && v.near_open && !v.own_open);
+        assert_eq!(v.unowned, Some((b, true)));
+        assert_eq!(Going::of(&line, &v), Going::Unowned { near: true });
+        // Neither place seen free: both may have their node; the node
+        // near them waits out the head start.
+        let v = availability_placed(&line, &both, &[], "n");
+        assert_eq!(v.unowned, None);
+        assert_eq!(Going::of(&line, &v), Going::Near);
+        // A place seen held is not free.
+        let mut taken = free("g.places", b);
+        taken.spec.as_mut().unwrap().holder_identity = Some("m".into());
+        assert_eq!(
+            availability_placed(&line, &both, &[taken], "n").unowned,
+            None
+        );
+        // A slot past the line has no place at all: nobody goes first.
+        for past in 30..40 {
+            let v = availability_placed(&line, &with_free(&[past]), &[], "n");
+            let is_near = line.is_near("n", &lease::slot_name("g", past));
+            assert_eq!(v.unowned, Some((past, is_near)));
+            assert_eq!(Going::of(&line, &v), Going::Unowned { near: is_near });
+        }
+        // Its own slot stays its own, whatever its place's watch shows.
+        let own = line.clone().first_for(Some(a));
+        let v = availability_placed(&own, &both, &[free("g.places", a)], "n");
+        assert_eq!(Going::of(&own, &v), Going::Own);
+        // A node not in line goes for any slot, as before.
+        let plain = slots(40);
+        let v = availability_placed(&plain, &both, &[free("g.places", b)], "n");
+        assert_eq!((v.unowned, Going::of(&plain, &v)), (None, Going::Any));
+    }
+
+    #[tokio::test]
+    async fn a_node_in_line_watches_the_free_places_of_its_own_buckets() {
+        let line = slots(100).any_slot(100).placed_in("g.places");
+        for i in 0..20 {
+            let node = format!("node-{i:05}");
+            let places = line.place_selector(&node).unwrap();
+            // The places' group, free ones, in the buckets of every slot
+            // near it: its two buckets and its two candidates'.
+            let (group, listed) = places.split_once(",maintd.io/reboot-bucket in (").unwrap();
+            assert_eq!(
+                group,
+                "maintd.io/reboot-group=g.places,!maintd.io/reboot-holder"
+            );
+            let listed: Vec<u32> = listed
+                .trim_end_matches(')')
+                .split(',')
+                .map(|b| b.parse().unwrap())
+                .collect();
+            let mut want: Vec<u32> = line.near(&node).iter().map(|i| i / 5).collect();
+            want.sort_unstable();
+            want.dedup();
+            assert_eq!(listed, want, "{node}: {places}");
+            assert!((2..=4).contains(&listed.len()), "{places}");
+            let wide = line.clone().widened().place_selector(&node).unwrap();
+            assert_eq!(
+                wide,
+                "maintd.io/reboot-group=g.places,!maintd.io/reboot-holder"
+            );
+        }
+        // Without a line's group, or not in line, no watch of places.
+        assert_eq!(slots(100).any_slot(100).place_selector("n"), None);
+        assert_eq!(slots(100).placed_in("g.places").place_selector("n"), None);
     }
 
     #[tokio::test]
