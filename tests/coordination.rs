@@ -37,6 +37,53 @@ async fn hold(slots: &RebootSlots, node: &str) -> SlotGuard {
     }
 }
 
+/// Every slot of `group` (of `max`) held, by nodes `h-0`, `h-1`... (a node
+/// takes only its two candidates, so more nodes than slots ask).
+async fn fill_slots(sim: &maintd_sim::SimCluster, group: &str, max: u32) -> Vec<SlotGuard> {
+    let mut guards = Vec::new();
+    let mut i = 0;
+    while guards.len() < max as usize {
+        assert!(i < 10_000, "{max} slots of {group} filled");
+        let taken = slots(sim, group, max, LONG)
+            .acquire_with_renewal(&format!("h-{i}"), CancellationToken::new())
+            .await
+            .unwrap();
+        if let Acquisition::Acquired(g) = taken {
+            guards.push(g);
+        }
+        i += 1;
+    }
+    guards
+}
+
+/// The slot node `n`, in line, takes of `in_line` through the waiter the
+/// agent uses, within 30 s (`taking` says what it should take).
+async fn wait_in_line(
+    sim: &maintd_sim::SimCluster,
+    in_line: RebootSlots,
+    taking: &str,
+) -> SlotGuard {
+    let request = SlotRequest {
+        slots: in_line,
+        node: "n".into(),
+        what: "a drain slot, next in line".into(),
+    };
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        wait_for_slot(
+            sim.client(),
+            request,
+            WatchGuard::default(),
+            CancellationToken::new(),
+            CancellationToken::new(),
+            std::sync::Arc::new(|_| {}),
+        ),
+    )
+    .await
+    .expect(taking)
+    .expect("not cancelled")
+}
+
 fn holders_of<T>(a: &Acquisition<T>) -> Vec<String> {
     match a {
         Acquisition::Full { holders } => holders.iter().map(|h| h.holder.clone()).collect(),
@@ -695,19 +742,7 @@ async fn a_node_in_line_sees_and_takes_a_free_slot_of_its_buckets_not_a_far_one(
     let sim = common::sim().await;
     let group = "nm-wide";
     // Forty holders: each node may take only its two candidates.
-    let mut guards = Vec::new();
-    let mut i = 0;
-    while guards.len() < 40 {
-        assert!(i < 10_000, "forty slots filled");
-        let taken = slots(&sim, group, 40, LONG)
-            .acquire_with_renewal(&format!("h-{i}"), CancellationToken::new())
-            .await
-            .unwrap();
-        if let Acquisition::Acquired(g) = taken {
-            guards.push(g);
-        }
-        i += 1;
-    }
+    let guards = fill_slots(&sim, group, 40).await;
     let in_line = slots(&sim, group, 40, LONG).any_slot(40);
     let near = in_line.near("n");
     let far = (0..40).find(|i| !near.contains(i)).unwrap();
@@ -737,25 +772,7 @@ async fn a_node_in_line_sees_and_takes_a_free_slot_of_its_buckets_not_a_far_one(
         std::slice::from_ref(&near_slot),
         "its free-slot watch sees the near slot alone"
     );
-    let request = SlotRequest {
-        slots: in_line,
-        node: "n".into(),
-        what: "a drain slot, next in line".into(),
-    };
-    let taken = tokio::time::timeout(
-        Duration::from_secs(30),
-        wait_for_slot(
-            sim.client(),
-            request,
-            WatchGuard::default(),
-            CancellationToken::new(),
-            CancellationToken::new(),
-            std::sync::Arc::new(|_| {}),
-        ),
-    )
-    .await
-    .expect("the near slot is taken")
-    .expect("not cancelled");
+    let taken = wait_in_line(&sim, in_line, "the near slot is taken").await;
     assert_eq!(taken.slot(), near_slot);
     let far_now = leases.get(&far_slot).await.unwrap();
     assert!(
@@ -778,19 +795,7 @@ async fn a_node_in_line_takes_the_freed_slot_whose_place_is_empty_and_leaves_the
 {
     let sim = common::sim().await;
     let (group, places_group) = ("nm-own", "nm.ahead.own");
-    let mut guards = Vec::new();
-    let mut i = 0;
-    while guards.len() < 20 {
-        assert!(i < 10_000, "twenty slots filled");
-        let taken = slots(&sim, group, 20, LONG)
-            .acquire_with_renewal(&format!("h-{i}"), CancellationToken::new())
-            .await
-            .unwrap();
-        if let Acquisition::Acquired(g) = taken {
-            guards.push(g);
-        }
-        i += 1;
-    }
+    let guards = fill_slots(&sim, group, 20).await;
     let in_line = slots(&sim, group, 20, LONG)
         .any_slot(20)
         .placed_in(places_group);
@@ -829,25 +834,7 @@ async fn a_node_in_line_takes_the_freed_slot_whose_place_is_empty_and_leaves_the
             kept.push(g);
         }
     }
-    let request = SlotRequest {
-        slots: in_line,
-        node: "n".into(),
-        what: "a drain slot, next in line".into(),
-    };
-    let taken = tokio::time::timeout(
-        Duration::from_secs(30),
-        wait_for_slot(
-            sim.client(),
-            request,
-            WatchGuard::default(),
-            CancellationToken::new(),
-            CancellationToken::new(),
-            std::sync::Arc::new(|_| {}),
-        ),
-    )
-    .await
-    .expect("a slot is taken")
-    .expect("not cancelled");
+    let taken = wait_in_line(&sim, in_line, "a slot is taken").await;
     assert_eq!(
         taken.slot(),
         name(other),

@@ -326,10 +326,12 @@ pub async fn wait_for_slot(
             }
             let mut seen = leases(&views);
             let now_view = seen_now(&views);
-            // A pause for the slots near it does not let it try the others:
-            // the nodes they are near go first; nor one for its own slot
-            // the others; nor one for a slot nobody went first for a slot
-            // whose own node now does (its place was taken meanwhile).
+            // What it paused for must still be open: a pause for the
+            // slots near it does not let it try the others (the nodes
+            // they are near go first), a pause for its own slot does not
+            // let it try any other, and a pause for a slot no node went
+            // first for does not let it try one whose place in line was
+            // taken meanwhile.
             if !now_view.open || !going.still(&now_view) {
                 continue;
             }
