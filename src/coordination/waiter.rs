@@ -321,8 +321,15 @@ pub async fn wait_for_slot(
                 }
                 Going::Any => max_pause.mul_f64(rand::random::<f64>()),
             };
-            if sleep_or_stop(pause, &cancel).await {
-                return None;
+            match pause_before_take(pause, going, &cancel, &mut changes, || {
+                seen_now(&views).own_open
+            })
+            .await
+            {
+                Paused::Cancelled => return None,
+                // Its own slot freed meanwhile: it goes for that one now.
+                Paused::OwnOpened => continue,
+                Paused::Over => {}
             }
             let mut seen = leases(&views);
             let now_view = seen_now(&views);
@@ -425,10 +432,55 @@ fn leases(views: &[Index]) -> Vec<Lease> {
         .collect()
 }
 
-async fn sleep_or_stop(d: Duration, stop: &CancellationToken) -> bool {
-    tokio::select! {
-        _ = tokio::time::sleep(d) => false,
-        _ = stop.cancelled() => true,
+/// How a pause before a take ended.
+#[derive(Debug, PartialEq)]
+enum Paused {
+    Over,
+    /// The node's own slot was seen free before the pause was over.
+    OwnOpened,
+    Cancelled,
+}
+
+/// Waits out `pause` before trying what `going` names, unless `cancel`
+/// fires, or the node pauses for another slot than its own and its own is
+/// seen free meanwhile (`own_open`, looked at on each of `changes`): a
+/// pause for a slot near it lasts the head start of that slot's own node,
+/// up to seconds on a busy API server, and a node that slept through its
+/// own slot's give-back found it taken by another node after the head
+/// start that was its own.
+async fn pause_before_take(
+    pause: Duration,
+    going: Going,
+    cancel: &CancellationToken,
+    changes: &mut [tokio::sync::watch::Receiver<u64>],
+    own_open: impl Fn() -> bool,
+) -> Paused {
+    let until = tokio::time::Instant::now() + pause;
+    // Its own slot's pause is none; a waiter with no watch has nothing to
+    // look at meanwhile.
+    let looks = going != Going::Own && !changes.is_empty();
+    loop {
+        if looks && own_open() {
+            return Paused::OwnOpened;
+        }
+        let changed = async {
+            if looks {
+                let (r, _, _) =
+                    futures::future::select_all(changes.iter_mut().map(|c| Box::pin(c.changed())))
+                        .await;
+                // A view gone (its sender dropped) tells no more: the rest
+                // of the pause is slept out.
+                if r.is_ok() {
+                    return;
+                }
+            }
+            std::future::pending::<()>().await
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => return Paused::Over,
+            _ = cancel.cancelled() => return Paused::Cancelled,
+            _ = changed => {}
+        }
     }
 }
 
@@ -815,5 +867,95 @@ mod tests {
             told,
             Some("waiting for a drain slot (slot group \"g\"): its slots are held")
         );
+    }
+
+    /// A node pausing for another slot than its own, with one view whose
+    /// changes it looks at: what the pause returns, and when by the
+    /// test's virtual clock.
+    async fn pausing(going: Going, own_opens_after: Option<Duration>) -> (Paused, Duration) {
+        let (tx, rx) = tokio::sync::watch::channel(0u64);
+        let own = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (o, start) = (own.clone(), tokio::time::Instant::now());
+        let changer = tokio::spawn(async move {
+            // Changes that do not free its own slot (another slot taken,
+            // renewed) come first and end nothing.
+            for _ in 0..3 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                tx.send_modify(|g| *g += 1);
+            }
+            if let Some(after) = own_opens_after {
+                tokio::time::sleep_until(start + after).await;
+                o.store(true, std::sync::atomic::Ordering::SeqCst);
+                tx.send_modify(|g| *g += 1);
+            }
+            // The view lives on until the pause is over.
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            drop(tx);
+        });
+        let mut changes = vec![rx];
+        let paused = pause_before_take(
+            Duration::from_secs(4),
+            going,
+            &CancellationToken::new(),
+            &mut changes,
+            || own.load(std::sync::atomic::Ordering::SeqCst),
+        )
+        .await;
+        changer.abort();
+        (paused, start.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pause_for_another_slot_ends_when_the_nodes_own_slot_frees() {
+        for going in [Going::Near, Going::Unowned { near: true }, Going::Any] {
+            let (paused, after) = pausing(going, Some(Duration::from_millis(700))).await;
+            assert_eq!(paused, Paused::OwnOpened, "{going:?}");
+            assert_eq!(after, Duration::from_millis(700), "{going:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pause_is_slept_out_when_only_other_slots_change() {
+        let (paused, after) = pausing(Going::Near, None).await;
+        assert_eq!(paused, Paused::Over);
+        assert_eq!(after, Duration::from_secs(4));
+        // Its own slot's pause is not cut short by its own slot: it is
+        // what the pause was for.
+        let (paused, after) = pausing(Going::Own, Some(Duration::from_millis(700))).await;
+        assert_eq!(paused, Paused::Over);
+        assert_eq!(after, Duration::from_secs(4));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pause_ends_at_once_when_the_wait_is_cancelled() {
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let (_tx, rx) = tokio::sync::watch::channel(0u64);
+        let paused = pause_before_take(
+            Duration::from_secs(4),
+            Going::Near,
+            &cancel,
+            &mut [rx],
+            || false,
+        )
+        .await;
+        assert_eq!(paused, Paused::Cancelled);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pause_whose_views_are_gone_is_slept_out() {
+        let (tx, rx) = tokio::sync::watch::channel(0u64);
+        drop(tx);
+        let start = tokio::time::Instant::now();
+        let paused = pause_before_take(
+            Duration::from_secs(4),
+            Going::Near,
+            &CancellationToken::new(),
+            &mut [rx],
+            || false,
+        )
+        .await;
+        assert_eq!(paused, Paused::Over);
+        assert_eq!(start.elapsed(), Duration::from_secs(4));
     }
 }
