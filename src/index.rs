@@ -6,7 +6,7 @@
 //! break the whole list, and with it the drain of every other pod. The
 //! planner reads what it needs leniently and reports what was wrong.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -176,6 +176,20 @@ struct Inner {
     failing_since: Option<Instant>,
     /// How long a failing watch may go before the view is stale.
     stale_after: Option<Duration>,
+    /// uid → the agent's own writes the view holds ahead of the watch.
+    ahead: HashMap<String, Ahead>,
+}
+
+/// An object the view holds from the agent's own write, before the watch
+/// has brought it: the version held, and the versions of the agent's
+/// earlier writes the watch still has to bring before it (two writes in a
+/// row, the second made against the first). Those are older than what is
+/// held: put in, they would take the view back until the next event
+/// came, and an edit made from it then would be refused a conflict.
+#[derive(Debug)]
+struct Ahead {
+    held: String,
+    before: Vec<String>,
 }
 
 /// A set of objects kept current by a watch. Cheap to clone.
@@ -293,7 +307,10 @@ impl Index {
     /// Puts one object in (replacing the one with its uid).
     pub fn upsert(&self, obj: Value) {
         let Some(uid) = uid_of(&obj) else { return };
-        self.lock().objects.insert(uid, Arc::new(obj));
+        let mut inner = self.lock();
+        inner.ahead.remove(&uid);
+        inner.objects.insert(uid, Arc::new(obj));
+        drop(inner);
         self.bump();
     }
 
@@ -315,6 +332,24 @@ impl Index {
         if !current {
             return false;
         }
+        match obj["metadata"]["resourceVersion"].as_str() {
+            Some(rv) => {
+                let held = rv.to_string();
+                // `from` is an earlier own write still ahead of the watch:
+                // the watch brings it before this one.
+                let before = match inner.ahead.remove(&uid) {
+                    Some(mut a) if a.held == from => {
+                        a.before.push(from.to_string());
+                        a.before
+                    }
+                    _ => Vec::new(),
+                };
+                inner.ahead.insert(uid.clone(), Ahead { held, before });
+            }
+            None => {
+                inner.ahead.remove(&uid);
+            }
+        }
         inner.objects.insert(uid, Arc::new(obj));
         drop(inner);
         self.bump();
@@ -323,7 +358,11 @@ impl Index {
 
     /// Takes the object with `uid` out.
     pub fn remove(&self, uid: &str) {
-        if self.lock().objects.remove(uid).is_some() {
+        let mut inner = self.lock();
+        inner.ahead.remove(uid);
+        let removed = inner.objects.remove(uid).is_some();
+        drop(inner);
+        if removed {
             self.bump();
         }
     }
@@ -348,6 +387,8 @@ impl Index {
             .into_iter()
             .filter_map(|o| Some((uid_of(&o)?, Arc::new(o))))
             .collect();
+        // Listed now: as current as anything the agent wrote before.
+        inner.ahead.clear();
         inner.synced = true;
         inner.last_error = None;
         inner.failing_since = None;
@@ -361,11 +402,23 @@ impl Index {
         match ev {
             WatchEvent::Added(o) | WatchEvent::Modified(o) => {
                 if let Some(uid) = uid_of(&o) {
+                    // An earlier own write of what the view holds already
+                    // (see `Ahead`) stays out; the write held, or anything
+                    // after it, ends the view's lead.
+                    let rv = o["metadata"]["resourceVersion"].as_str();
+                    if let Some(a) = inner.ahead.get_mut(&uid) {
+                        if let Some(at) = a.before.iter().position(|b| Some(b.as_str()) == rv) {
+                            a.before.remove(at);
+                            return;
+                        }
+                        inner.ahead.remove(&uid);
+                    }
                     inner.objects.insert(uid, Arc::new(o));
                 }
             }
             WatchEvent::Deleted(o) => {
                 if let Some(uid) = uid_of(&o) {
+                    inner.ahead.remove(&uid);
                     inner.objects.remove(&uid);
                 }
             }
@@ -524,6 +577,65 @@ mod tests {
             index.by_name("node-a").unwrap()["metadata"]["resourceVersion"],
             "9"
         );
+    }
+
+    /// Two own writes in a row, the second made against the first before
+    /// the watch brought it: the watch's event of the first comes after
+    /// the second is in, and leaves it there. An edit of the Node made
+    /// from the view then was refused a conflict: in a 1,000-node
+    /// rollout, 255 of the agents' 361 Node edits refused so came within
+    /// a second of the agent's own last write of that Node (6 after
+    /// anyone else's).
+    #[test]
+    fn the_watch_bringing_an_earlier_own_write_does_not_take_the_view_back() {
+        let index = Index::new();
+        index.replace_all(vec![node("7", true)]);
+        // The uncordon, then the conditions, each made against the last.
+        assert!(index.upsert_own_write(node("8", false), "7"));
+        assert!(index.upsert_own_write(node("9", false), "8"));
+        let rv = || index.by_name("node-a").unwrap()["metadata"]["resourceVersion"].clone();
+        let changes = index.changes();
+        index.apply(WatchEvent::Modified(node("8", false)));
+        assert_eq!(rv(), "9", "the first write's event after the second");
+        assert!(
+            !changes.has_changed().unwrap(),
+            "nothing changed for those waiting"
+        );
+        index.apply(WatchEvent::Modified(node("9", false)));
+        assert_eq!(rv(), "9");
+        // Caught up: the next events are put in as they come.
+        index.apply(WatchEvent::Modified(node("10", true)));
+        assert_eq!(rv(), "10");
+        index.apply(WatchEvent::Modified(node("8", false)));
+        assert_eq!(rv(), "8", "no lead left: the watch is in charge");
+    }
+
+    /// An event the agent's writes do not account for (nothing should
+    /// come between them, each made against the last) is put in: the
+    /// watch knows better than the agent's record of its own writes.
+    #[test]
+    fn an_event_the_own_writes_do_not_account_for_is_put_in() {
+        let index = Index::new();
+        index.replace_all(vec![node("7", true)]);
+        assert!(index.upsert_own_write(node("8", false), "7"));
+        assert!(index.upsert_own_write(node("9", false), "8"));
+        index.apply(WatchEvent::Modified(node("12", true)));
+        let rv = || index.by_name("node-a").unwrap()["metadata"]["resourceVersion"].clone();
+        assert_eq!(rv(), "12");
+        index.apply(WatchEvent::Modified(node("8", false)));
+        assert_eq!(rv(), "8", "the lead ended with the unknown event");
+        // A list ends the lead too; so does the object's deletion.
+        assert!(index.upsert_own_write(node("13", false), "8"));
+        assert!(index.upsert_own_write(node("14", false), "13"));
+        index.replace_all(vec![node("14", false)]);
+        index.apply(WatchEvent::Modified(node("13", false)));
+        assert_eq!(rv(), "13");
+        assert!(index.upsert_own_write(node("15", false), "13"));
+        assert!(index.upsert_own_write(node("16", false), "15"));
+        index.apply(WatchEvent::Deleted(node("16", false)));
+        assert!(index.by_name("node-a").is_none());
+        index.apply(WatchEvent::Added(node("15", false)));
+        assert_eq!(rv(), "15");
     }
 
     /// A pod as a kubelet reports it: trimmed, it is a fraction of its
