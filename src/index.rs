@@ -180,6 +180,10 @@ struct Inner {
     ahead: HashMap<String, Ahead>,
 }
 
+/// The most versions of its own earlier writes a view keeps out for one
+/// object (see [`Ahead`]).
+const MAX_AHEAD: usize = 16;
+
 /// An object the view holds from the agent's own write, before the watch
 /// has brought it: the version held, and the versions of the agent's
 /// earlier writes the watch still has to bring before it (two writes in a
@@ -188,6 +192,7 @@ struct Inner {
 /// came, and an edit made from it then would be refused a conflict.
 #[derive(Debug)]
 struct Ahead {
+    /// The version held; `before` holds at most [`MAX_AHEAD`].
     held: String,
     before: Vec<String>,
 }
@@ -340,6 +345,12 @@ impl Index {
                 let before = match inner.ahead.remove(&uid) {
                     Some(mut a) if a.held == from => {
                         a.before.push(from.to_string());
+                        // Bounded: writes kept up while the watch brings
+                        // none keep only the latest (an older one let in
+                        // takes the view back only until the next event).
+                        if a.before.len() > MAX_AHEAD {
+                            a.before.remove(0);
+                        }
                         a.before
                     }
                     _ => Vec::new(),
@@ -636,6 +647,27 @@ mod tests {
         assert!(index.by_name("node-a").is_none());
         index.apply(WatchEvent::Added(node("15", false)));
         assert_eq!(rv(), "15");
+    }
+
+    /// Own writes kept up while the watch brings none: the view keeps out
+    /// the latest of them, never more than [`MAX_AHEAD`].
+    #[test]
+    fn a_view_keeps_out_a_bounded_number_of_its_own_earlier_writes() {
+        let index = Index::new();
+        index.replace_all(vec![node("100", true)]);
+        for rv in 101..=140 {
+            assert!(index.upsert_own_write(node(&rv.to_string(), false), &(rv - 1).to_string()));
+        }
+        let kept = index.lock().ahead.get("u1").map(|a| a.before.len());
+        assert_eq!(kept, Some(MAX_AHEAD));
+        let rv = || index.by_name("node-a").unwrap()["metadata"]["resourceVersion"].clone();
+        // The latest earlier writes stay out; the held one ends the lead.
+        for earlier in (140 - MAX_AHEAD)..140 {
+            index.apply(WatchEvent::Modified(node(&earlier.to_string(), false)));
+            assert_eq!(rv(), "140", "{earlier}");
+        }
+        index.apply(WatchEvent::Modified(node("140", false)));
+        assert!(index.lock().ahead.is_empty());
     }
 
     /// A pod as a kubelet reports it: trimmed, it is a fraction of its

@@ -412,10 +412,8 @@ pub async fn wait_for_slot(
         } else if let Some(e) = views.iter().find_map(Index::last_error) {
             tell(format!("waiting for {what}: reading the slots: {e}").into());
         }
-        let changed =
-            futures::future::select_all(changes.iter_mut().map(|c| Box::pin(c.changed())));
         tokio::select! {
-            _ = changed => {}
+            _ = any_change(&mut changes) => {}
             _ = sleep_until(wait_until) => {}
             _ = cancel.cancelled() => return None,
         }
@@ -430,6 +428,19 @@ fn leases(views: &[Index]) -> Vec<Lease> {
         .flat_map(Index::all)
         .filter_map(|v: Arc<Value>| serde_json::from_value((*v).clone()).ok())
         .collect()
+}
+
+/// Waits for a change of any of `changes` (never, with none), so a wait
+/// wakes on whichever of its views moves.
+async fn any_change(
+    changes: &mut [tokio::sync::watch::Receiver<u64>],
+) -> Result<(), tokio::sync::watch::error::RecvError> {
+    if changes.is_empty() {
+        return std::future::pending().await;
+    }
+    let (r, _, _) =
+        futures::future::select_all(changes.iter_mut().map(|c| Box::pin(c.changed()))).await;
+    r
 }
 
 /// How a pause before a take ended.
@@ -456,23 +467,17 @@ async fn pause_before_take(
     own_open: impl Fn() -> bool,
 ) -> Paused {
     let until = tokio::time::Instant::now() + pause;
-    // Its own slot's pause is none; a waiter with no watch has nothing to
-    // look at meanwhile.
-    let looks = going != Going::Own && !changes.is_empty();
+    // Its own slot's pause is the one not cut short by its own slot.
+    let looks = going != Going::Own;
     loop {
         if looks && own_open() {
             return Paused::OwnOpened;
         }
         let changed = async {
-            if looks {
-                let (r, _, _) =
-                    futures::future::select_all(changes.iter_mut().map(|c| Box::pin(c.changed())))
-                        .await;
-                // A view gone (its sender dropped) tells no more: the rest
-                // of the pause is slept out.
-                if r.is_ok() {
-                    return;
-                }
+            // A view gone (its sender dropped) tells no more: the rest of
+            // the pause is slept out.
+            if looks && any_change(changes).await.is_ok() {
+                return;
             }
             std::future::pending::<()>().await
         };
