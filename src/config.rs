@@ -260,16 +260,21 @@ pub enum ConfigError {
     Invalid { name: &'static str, why: String },
 }
 
+/// The most evictions `--concurrency` lets be in flight: many times the
+/// pods a node can hold (the kubelet's default is 110), and far below what
+/// the drain's semaphore can count.
+const MAX_CONCURRENCY: usize = 10_000;
+
 impl AgentArgs {
     pub fn into_config(self) -> Result<Config, ConfigError> {
         let node = self
             .node
             .filter(|n| !n.trim().is_empty())
             .ok_or(ConfigError::NoNode)?;
-        if self.concurrency == 0 {
+        if !(1..=MAX_CONCURRENCY).contains(&self.concurrency) {
             return Err(ConfigError::Invalid {
                 name: "--concurrency",
-                why: "must be at least 1".into(),
+                why: format!("must be between 1 and {MAX_CONCURRENCY}"),
             });
         }
         let drain_taints: Vec<String> = self
@@ -586,6 +591,32 @@ mod tests {
             (&[], "the node name is not set"),
             (&["--node", " "], "the node name is not set"),
             (&["--node", "n", "--concurrency", "0"], "--concurrency"),
+            (
+                &["--node", "n", "--concurrency", "18446744073709551615"],
+                "--concurrency",
+            ),
+            (
+                &[
+                    "--node",
+                    "n",
+                    "--prometheus-url",
+                    "http://prometheus:9090",
+                    "--alert-check-interval",
+                    "18446744073709551615",
+                ],
+                "--alert-check-interval",
+            ),
+            (
+                &[
+                    "--node",
+                    "n",
+                    "--prometheus-url",
+                    "http://prometheus:9090",
+                    "--prometheus-timeout",
+                    "86401",
+                ],
+                "--prometheus-timeout",
+            ),
             (&["--node", "n", "--drain-taint", ","], "--drain-taint"),
             (&["--node", "n", "--listen", "nowhere"], "--listen"),
             (&["--node", "n", "--listen-local", "0.0.0.0:1"], "loopback"),

@@ -44,7 +44,11 @@ impl Agent {
                 );
                 p.emit(out);
                 let plan = self.drainer.plan(&self.options(&Desired::default()));
-                let need: i64 = plan.stages.iter().map(|s| s.slowest_grace_seconds()).sum();
+                let need: i64 = plan
+                    .stages
+                    .iter()
+                    .map(|s| s.slowest_grace_seconds())
+                    .fold(0, i64::saturating_add);
                 if need as f64 > budget.as_secs_f64() {
                     self.warn(format!("logind's delay budget ({:.0}s) is shorter than the {need}s the pods' grace periods add up to over the drain's stages; raise InhibitDelayMaxSec (see systemd/) or the slowest stages will be cut short", budget.as_secs_f64()));
                 }

@@ -170,7 +170,11 @@ fn held_spec(
         acquire_time: Some(MicroTime(now)),
         renew_time: Some(MicroTime(now)),
         // Counts how often the slot changed hands, as leader election does.
-        lease_transitions: Some(old.and_then(|s| s.lease_transitions).unwrap_or(0) + 1),
+        lease_transitions: Some(
+            old.and_then(|s| s.lease_transitions)
+                .unwrap_or(0)
+                .saturating_add(1),
+        ),
         ..LeaseSpec::default()
     }
 }
@@ -289,6 +293,15 @@ mod tests {
             serde_json::to_value(&taken).unwrap()["spec"]["renewTime"],
             "2026-01-01T00:00:20.000000Z",
             "MicroTime is written with six fractional digits, as the apiserver expects"
+        );
+        // A count someone else left at its top stays there: the API server
+        // refuses a negative one, and the slot could not be taken again.
+        let mut top = free.clone();
+        top.spec.as_mut().unwrap().lease_transitions = Some(i32::MAX);
+        let taken = taken_over(&top, "node-c", d, late);
+        assert_eq!(
+            taken.spec.as_ref().and_then(|s| s.lease_transitions),
+            Some(i32::MAX)
         );
     }
 

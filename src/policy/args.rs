@@ -113,10 +113,13 @@ impl PolicyArgs {
                         name: "--alert-filter",
                         why: e.to_string(),
                     })?;
-                if self.alert_check_interval == 0 || self.prometheus_timeout == 0 {
+                let day = 24 * 3600;
+                if !(1..=day).contains(&self.alert_check_interval)
+                    || !(1..=day).contains(&self.prometheus_timeout)
+                {
                     return Err(PolicyError {
                         name: "--alert-check-interval/--prometheus-timeout",
-                        why: "must be at least 1 second".into(),
+                        why: format!("must be between 1 and {day} seconds (a day)"),
                     });
                 }
                 let settings = AlertSettings {

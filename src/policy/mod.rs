@@ -161,7 +161,10 @@ impl Alerts {
     /// older than a question's interval and timeout (the asking stopped,
     /// or hangs) holds the drain as no answer does.
     fn hold(&self) -> Option<Hold> {
-        let fresh = self.every + self.timeout + Duration::from_secs(1);
+        let fresh = self
+            .every
+            .saturating_add(self.timeout)
+            .saturating_add(Duration::from_secs(1));
         let reason = match &*self.last.borrow() {
             Some(a) if a.at.elapsed() <= fresh => a.holds.clone()?,
             _ => format!(

@@ -119,7 +119,7 @@ pub fn drain_events(node: &str, items: &[Value]) -> Vec<DrainEvent> {
                     .strip_prefix("stage ")
                     .and_then(|r| r.split_once(": "))
                     .and_then(|(n, l)| Some((n.parse::<usize>().ok()?, l)))
-                    .unwrap_or((stage.map_or(1, |s| s + 1), note));
+                    .unwrap_or((stage.map_or(1, |s| s.saturating_add(1)), note));
                 stage = Some(n);
                 out.push(event(EventKind::StageStarted, stage, label));
             }
@@ -335,6 +335,28 @@ mod tests {
             chart.rows.iter().map(|r| (r.from_ms, r.to_ms)).collect();
         assert_eq!(bars, vec![(1_000, Some(5_000)), (5_000, Some(9_000))]);
         assert_eq!(chart.end_ms, 9_000);
+    }
+
+    /// A stage's number is read from its Event's note, which anyone who
+    /// can write Events sets: the largest number followed by a note that
+    /// says none is taken as the last stage again, not one past it.
+    #[test]
+    fn a_stage_number_at_its_largest_is_not_counted_past() {
+        let items = vec![
+            ev("2026-01-01T00:00:00Z", "DrainStarted", "draining"),
+            ev(
+                "2026-01-01T00:00:01Z",
+                "DrainStageStarted",
+                &format!("stage {}: Default ≤ 0 (3 pods)", usize::MAX),
+            ),
+            ev("2026-01-01T00:00:02Z", "DrainStageStarted", "a stage"),
+        ];
+        let stages: Vec<Option<usize>> = drain_events("node-a", &items)
+            .iter()
+            .filter(|e| e.event == EventKind::StageStarted)
+            .map(|e| e.stage)
+            .collect();
+        assert_eq!(stages, vec![Some(usize::MAX), Some(usize::MAX)]);
     }
 
     #[test]

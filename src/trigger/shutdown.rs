@@ -83,7 +83,7 @@ impl ShutdownTrigger {
         self.active = Some(ActiveShutdown {
             budget,
             sleep,
-            deadline: Instant::now() + drain_window(budget, self.margin),
+            deadline: crate::bounds::later(Instant::now(), drain_window(budget, self.margin)),
         });
         true
     }
@@ -184,6 +184,12 @@ mod tests {
         assert_eq!(t.release_deadline(), Some(at + s(30)), "a new one");
         assert!(t.on_event(&ShutdownEvent::Resumed));
         assert!(t.active().is_none());
+
+        // A budget no logind gives (the node helper's message is taken as
+        // it is sent): a shutdown with a deadline far off, not a crash.
+        let at = Instant::now();
+        assert!(t.on_event(&preparing(Duration::MAX)));
+        assert!(t.active().unwrap().deadline > at + s(365 * 24 * 3600));
     }
 
     #[test]
