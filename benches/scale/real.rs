@@ -169,14 +169,9 @@ async fn reboot(admin: kube::Client, node: String, after: Duration) {
     }
 }
 
-/// Requests other than watches the agents have sent so far.
-fn not_watches(counters: &[Arc<Counter>]) -> u64 {
-    total(counters)
-        .calls
-        .iter()
-        .filter(|(call, _)| !call.starts_with("WATCH "))
-        .map(|(_, count)| count)
-        .sum()
+/// Requests other than watches the agents have sent so far, all of them.
+fn not_watches(counters: &[Arc<Counter>]) -> f64 {
+    Usage::of_counts(&total(counters), 1).not_watches()
 }
 
 /// How long the agents send nothing but watches before the bench calls
