@@ -134,6 +134,14 @@ async fn a_reboot_waits_for_the_ordered_drain_then_proceeds() {
     let s = setup(Duration::from_secs(60), Duration::from_secs(5)).await;
     let k = common::kubectl::Kubectl::new(&s.sim);
     let watch = k.watch_json(&["node", "node-a"]);
+    // kubectl takes a moment to start (more on a busy machine): the reboot
+    // waits for its first object, the Node as it was before the reboot.
+    let first = watch.seen.clone();
+    eventually("kubectl's watch shows the Node", || {
+        let shown = !first.lock().unwrap().is_empty();
+        async move { shown }
+    })
+    .await;
     s.logind.reboot().await;
     let record = tokio::time::timeout(Duration::from_secs(60), s.logind.wait_for_shutdowns(1))
         .await
