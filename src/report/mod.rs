@@ -126,6 +126,9 @@ struct WrittenDrain {
     rv: Option<String>,
     /// When the status was last written.
     at: Option<tokio::time::Instant>,
+    /// How long progress alone waits after that write (see
+    /// [`progress_pace`]); zero: [`PROGRESS_EVERY`].
+    progress_every: Duration,
 }
 
 /// What a look at the NodeDrain came to.
@@ -137,11 +140,31 @@ enum Written {
     Failed,
 }
 
-/// How often a NodeDrain's progress alone (pods left, blockers, the stage)
-/// is written: a change of phase goes out at once, progress at most this
-/// often. The status writer watches every NodeDrain of the fleet, and a
-/// drain's progress changes with every pod.
+/// How often a NodeDrain's progress alone (pods left, blockers, the stage,
+/// what a wait waits for) is written at first: a change of phase goes out
+/// at once, progress no sooner than this after the last write. The status
+/// writer watches every NodeDrain of the fleet, and a drain's progress
+/// changes with every pod.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// The longest progress alone waits: each progress write within one phase
+/// doubles the wait for the next (5 s, 10 s, 20 s, then 30 s), so a drain
+/// or a wait that lasts writes its NodeDrain about once a [`PROGRESS_MAX`]
+/// and not once every 5 s (a drain of a minute on a busy API server: 4
+/// writes, not 12), as a repeated Event is.
+const PROGRESS_MAX: Duration = Duration::from_secs(30);
+
+/// How long progress alone waits after a write: [`PROGRESS_EVERY`] after
+/// one that went out at once (`progress_only` false: a phase, a trigger, a
+/// turn changed), twice the last wait after a write of progress alone, up
+/// to [`PROGRESS_MAX`].
+fn progress_pace(last: Duration, progress_only: bool) -> Duration {
+    if progress_only {
+        (last.max(PROGRESS_EVERY) * 2).min(PROGRESS_MAX)
+    } else {
+        PROGRESS_EVERY
+    }
+}
 
 /// How long the Node's conditions wait at most for an edit of its spec on
 /// its way (see [`crate::cluster::NodeWrites`]).
@@ -270,16 +293,20 @@ impl StatusReporter {
             return Written::Done;
         }
         // What the status writer and the rollouts decide from goes out at
-        // once; progress within a phase waits its turn.
-        if let (Some(before), Some(at)) = (&written.status, written.at)
-            && !phase_changed(before, &st)
-            && before.maintenances == st.maintenances
-            && before.triggers == st.triggers
-            && before.drain_order == st.drain_order
-            && before.pending_turn == st.pending_turn
-            && before.waiting.is_some() == st.waiting.is_some()
-            && before.lock_held == st.lock_held
-            && at.elapsed() < PROGRESS_EVERY
+        // once; progress within a phase waits its turn, longer the longer
+        // the phase lasts.
+        let progress_only = written.status.as_ref().is_some_and(|before| {
+            !phase_changed(before, &st)
+                && before.maintenances == st.maintenances
+                && before.triggers == st.triggers
+                && before.drain_order == st.drain_order
+                && before.pending_turn == st.pending_turn
+                && before.waiting.is_some() == st.waiting.is_some()
+                && before.lock_held == st.lock_held
+        });
+        if progress_only
+            && let Some(at) = written.at
+            && at.elapsed() < written.progress_every.max(PROGRESS_EVERY)
         {
             return Written::Later;
         }
@@ -307,6 +334,7 @@ impl StatusReporter {
                 status: None,
                 rv: apply::rv_of(&made).map(str::to_string),
                 at: None,
+                progress_every: PROGRESS_EVERY,
             };
         }
         let mut stamped = st.clone();
@@ -331,6 +359,7 @@ impl StatusReporter {
                 written.status = Some(st);
                 written.rv = apply::rv_of(&obj).map(str::to_string);
                 written.at = Some(tokio::time::Instant::now());
+                written.progress_every = progress_pace(written.progress_every, progress_only);
                 Written::Done
             }
             // Deleted (by a person; its Node going takes this agent too):
@@ -504,6 +533,32 @@ mod tests {
         assert!(pace.ready(now));
         pace.record(false, now);
         assert!((pace.not_before.unwrap() - now).as_secs_f64() <= 1.25);
+    }
+
+    /// A drain whose pods leave one by one for a minute and more (a busy
+    /// API server, a budget pacing it) writes its progress after 5 s, then
+    /// after ever longer waits up to 30 s: 4 writes in its first 66 s,
+    /// not 13; a change of phase starts again from 5 s.
+    #[test]
+    fn progress_is_written_ever_less_often_as_a_phase_lasts() {
+        let secs = Duration::from_secs;
+        // Progress every second; a write goes out once the pace allows.
+        let (mut every, mut last, mut writes) = (progress_pace(Duration::ZERO, false), 0, vec![]);
+        for t in 1..=125u64 {
+            if secs(t - last) >= every {
+                writes.push(t);
+                every = progress_pace(every, true);
+                last = t;
+            }
+        }
+        assert_eq!(writes, [5, 15, 35, 65, 95, 125]);
+        assert_eq!(writes.iter().filter(|t| **t <= 66).count(), 4);
+        assert_eq!(progress_pace(PROGRESS_MAX, true), PROGRESS_MAX, "capped");
+        assert_eq!(
+            progress_pace(PROGRESS_MAX, false),
+            PROGRESS_EVERY,
+            "a phase's write resets it"
+        );
     }
 
     /// A surface the API keeps refusing (the NodeDrain CRD not installed)
