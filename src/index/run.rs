@@ -53,8 +53,43 @@ enum Started {
     Synced(Events, String),
     /// This API server does not do it: list and watch instead.
     NotServed(String),
-    Failed(String),
+    Failed(Failure),
     Stopped,
+}
+
+/// Why a watch could not be made, and whether the API server asked the
+/// agent to come back later (429).
+struct Failure {
+    why: String,
+    throttled: bool,
+}
+
+impl Failure {
+    fn of(e: &kube::Error) -> Self {
+        Failure {
+            why: crate::client::explain(e),
+            throttled: matches!(e, kube::Error::Api(s) if s.code == 429),
+        }
+    }
+
+    fn said(why: impl Into<String>) -> Self {
+        Failure {
+            why: why.into(),
+            throttled: false,
+        }
+    }
+
+    /// How long to wait before trying again: the backoff's next delay, and
+    /// after a 429 at least what the API server asks for, plus a random
+    /// part of it (see [`RETRY_AFTER`]).
+    fn pause(&self, backoff: &mut Backoff) -> Duration {
+        let next = backoff.next_delay();
+        if self.throttled {
+            next.max(RETRY_AFTER) + spread(RETRY_AFTER)
+        } else {
+            next
+        }
+    }
 }
 
 impl Index {
@@ -85,9 +120,9 @@ impl Index {
                         continue 'relist;
                     }
                     Started::Failed(e) => {
-                        self.note_error(format!("watching {}: {e}", target.path));
-                        tracing::debug!(path = %target.path, error = %e, "watch of the current objects failed; retrying");
-                        if sleep_or_stop(backoff.next_delay(), &stop).await {
+                        self.note_error(format!("watching {}: {}", target.path, e.why));
+                        tracing::debug!(path = %target.path, error = %e.why, "watch of the current objects failed; retrying");
+                        if sleep_or_stop(e.pause(&mut backoff), &stop).await {
                             return;
                         }
                         continue 'relist;
@@ -116,8 +151,8 @@ impl Index {
                     None => match self.watch_from(&client, &req, &target, &rv, &stop).await {
                         Some(Ok(events)) => events,
                         Some(Err(e)) => {
-                            self.note_error(format!("watching {}: {e}", target.path));
-                            if sleep_or_stop(backoff.next_delay(), &stop).await {
+                            self.note_error(format!("watching {}: {}", target.path, e.why));
+                            if sleep_or_stop(e.pause(&mut backoff), &stop).await {
                                 return;
                             }
                             continue;
@@ -214,8 +249,10 @@ impl Index {
             Ok(Err(kube::Error::Api(s))) if refuses_initial_events(&s) => {
                 return Started::NotServed(s.message);
             }
-            Ok(Err(e)) => return Started::Failed(crate::client::explain(&e)),
-            Err(_) => return Started::Failed(format!("no answer in {}s", idle.as_secs())),
+            Ok(Err(e)) => return Started::Failed(Failure::of(&e)),
+            Err(_) => {
+                return Started::Failed(Failure::said(format!("no answer in {}s", idle.as_secs())));
+            }
         };
         let mut items = Vec::new();
         loop {
@@ -225,10 +262,10 @@ impl Index {
             };
             match next {
                 Err(_) => {
-                    return Started::Failed(format!(
+                    return Started::Failed(Failure::said(format!(
                         "no object or bookmark for {}s while the current objects came",
                         idle.as_secs()
-                    ));
+                    )));
                 }
                 Ok(Ok(Some(WatchEvent::Added(mut o)))) => {
                     (target.trim)(&mut o);
@@ -255,13 +292,18 @@ impl Index {
                         "a change came before the end of the current objects".into(),
                     );
                 }
-                Ok(Ok(Some(WatchEvent::Error(e)))) => return Started::Failed(e.message),
-                Ok(Ok(None)) => {
-                    return Started::Failed(
-                        "the watch ended before the current objects did".into(),
-                    );
+                Ok(Ok(Some(WatchEvent::Error(e)))) => {
+                    return Started::Failed(Failure {
+                        throttled: e.code == 429,
+                        why: e.message,
+                    });
                 }
-                Ok(Err(e)) => return Started::Failed(crate::client::explain(&e)),
+                Ok(Ok(None)) => {
+                    return Started::Failed(Failure::said(
+                        "the watch ended before the current objects did",
+                    ));
+                }
+                Ok(Err(e)) => return Started::Failed(Failure::of(&e)),
             }
         }
     }
@@ -317,7 +359,7 @@ impl Index {
         target: &WatchTarget,
         rv: &str,
         stop: &CancellationToken,
-    ) -> Option<Result<Events, String>> {
+    ) -> Option<Result<Events, Failure>> {
         let idle = target.guard.idle_timeout;
         let wp = watch_params(target);
         let answer = tokio::select! {
@@ -326,8 +368,8 @@ impl Index {
         };
         Some(match answer {
             Ok(Ok(events)) => Ok(events),
-            Ok(Err(e)) => Err(crate::client::explain(&e)),
-            Err(_) => Err(format!("no answer in {}s", idle.as_secs())),
+            Ok(Err(e)) => Err(Failure::of(&e)),
+            Err(_) => Err(Failure::said(format!("no answer in {}s", idle.as_secs()))),
         })
     }
 
@@ -434,6 +476,16 @@ fn event_rv(ev: &WatchEvent<Value>) -> Option<String> {
 const RELIST_SPREAD: Duration = Duration::from_secs(5);
 const REWATCH_SPREAD: Duration = Duration::from_secs(1);
 
+/// What the API server asks of a client it refuses with 429 (API Priority
+/// and Fairness, or its limit of requests in flight): to come back after
+/// its `Retry-After`, which both send as 1 s (client-go waits that long).
+/// A watch refused so waits at least that, plus a random part of it: the
+/// nodes refused together, in a burst that filled the fleet's queues, do
+/// not come back together to be refused again. In a rollout of 2,000
+/// nodes, watches of slot Leases made as slots changed hands were 10 of
+/// each agent's 24 refusals, each retried after half a second.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
 /// A random part of `d`.
 fn spread(d: Duration) -> Duration {
     d.mul_f64(rand::random::<f64>())
@@ -450,3 +502,51 @@ async fn sleep_or_stop(d: Duration, stop: &CancellationToken) -> bool {
 /// How long a watch runs before the API server ends it, in seconds (see
 /// [`watch_params`]).
 const WATCH_ENDS_AFTER: std::ops::RangeInclusive<u32> = 1_800..=3_600;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(code: u16) -> kube::Error {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "message": "Too many requests, please try again later.",
+            "code": code
+        }))
+        .unwrap();
+        kube::Error::Api(Box::new(status))
+    }
+
+    /// A watch the API server refused with 429 comes back no sooner than
+    /// its Retry-After (1 s), at a random moment of the second after it;
+    /// any other failure keeps the backoff's half a second.
+    #[test]
+    fn a_watch_refused_with_429_waits_what_the_api_server_asks() {
+        let throttled = Failure::of(&refused(429));
+        assert!(throttled.throttled, "{}", throttled.why);
+        let mut pauses = Vec::new();
+        for _ in 0..200 {
+            let mut backoff = Backoff::with(500, 30_000);
+            pauses.push(throttled.pause(&mut backoff));
+        }
+        assert!(
+            pauses
+                .iter()
+                .all(|p| *p >= RETRY_AFTER && *p < RETRY_AFTER * 2),
+            "{pauses:?}"
+        );
+        let early = pauses.iter().filter(|p| **p < RETRY_AFTER * 3 / 2).count();
+        assert!(
+            early > 0 && early < pauses.len(),
+            "spread over the second: {pauses:?}"
+        );
+
+        let other = Failure::of(&refused(500));
+        assert!(!other.throttled);
+        let mut backoff = Backoff::with(500, 30_000);
+        let p = other.pause(&mut backoff);
+        assert!(p < RETRY_AFTER, "{p:?}");
+        // A long backoff is kept after a 429 too.
+        let mut backoff = Backoff::with(8_000, 30_000);
+        assert!(throttled.pause(&mut backoff) >= Duration::from_secs(6));
+    }
+}
