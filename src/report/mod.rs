@@ -151,13 +151,15 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// doubles the wait for the next (5 s, 10 s, 20 s, then 30 s), so a drain
 /// or a wait that lasts writes its NodeDrain about once a [`PROGRESS_MAX`]
 /// and not once every 5 s (a drain of a minute on a busy API server: 4
-/// writes, not 12), as a repeated Event is.
+/// writes, not 12), as a repeated Event is. A pod named as blocking the
+/// drain, or no longer, is news for whoever watches: it goes out
+/// [`PROGRESS_EVERY`] after the last write, and the pace starts again.
 const PROGRESS_MAX: Duration = Duration::from_secs(30);
 
 /// How long progress alone waits after a write: [`PROGRESS_EVERY`] after
 /// one that went out at once (`progress_only` false: a phase, a trigger, a
-/// turn changed), twice the last wait after a write of progress alone, up
-/// to [`PROGRESS_MAX`].
+/// turn changed) or that named other pods as blocking, twice the last wait
+/// after a write of progress alone, up to [`PROGRESS_MAX`].
 fn progress_pace(last: Duration, progress_only: bool) -> Duration {
     if progress_only {
         (last.max(PROGRESS_EVERY) * 2).min(PROGRESS_MAX)
@@ -169,6 +171,15 @@ fn progress_pace(last: Duration, progress_only: bool) -> Duration {
 /// How long the Node's conditions wait at most for an edit of its spec on
 /// its way (see [`crate::cluster::NodeWrites`]).
 const EDIT_FIRST: Duration = Duration::from_secs(10);
+
+/// The pods a NodeDrain names as blocking its drain (their reasons aside,
+/// which change as a budget's counts do).
+fn blocking(st: &NodeDrainStatus) -> std::collections::BTreeSet<(&str, &str)> {
+    st.blockers
+        .iter()
+        .map(|b| (b.namespace.as_str(), b.pod.as_str()))
+        .collect()
+}
 
 /// Whether the NodeDrain's phase changed in a way written at once: to or
 /// from Idle, Cordoned, Drained or Failed. Draining and Blocked take turns
@@ -304,9 +315,18 @@ impl StatusReporter {
                 && before.waiting.is_some() == st.waiting.is_some()
                 && before.lock_held == st.lock_held
         });
+        let named_again = written
+            .status
+            .as_ref()
+            .is_some_and(|before| blocking(before) != blocking(&st));
+        let pace = if named_again {
+            PROGRESS_EVERY
+        } else {
+            written.progress_every.max(PROGRESS_EVERY)
+        };
         if progress_only
             && let Some(at) = written.at
-            && at.elapsed() < written.progress_every.max(PROGRESS_EVERY)
+            && at.elapsed() < pace
         {
             return Written::Later;
         }
@@ -359,7 +379,8 @@ impl StatusReporter {
                 written.status = Some(st);
                 written.rv = apply::rv_of(&obj).map(str::to_string);
                 written.at = Some(tokio::time::Instant::now());
-                written.progress_every = progress_pace(written.progress_every, progress_only);
+                written.progress_every =
+                    progress_pace(written.progress_every, progress_only && !named_again);
                 Written::Done
             }
             // Deleted (by a person; its Node going takes this agent too):
@@ -559,6 +580,30 @@ mod tests {
             PROGRESS_EVERY,
             "a phase's write resets it"
         );
+    }
+
+    /// A pod newly blocking the drain, or no longer, is news; a budget's
+    /// counts changing in the reason of the same blocker is progress.
+    #[test]
+    fn a_pod_named_as_blocking_or_no_longer_is_told_sooner() {
+        let blocked = |pods: &[(&str, &str)]| NodeDrainStatus {
+            phase: "Blocked".into(),
+            blockers: pods
+                .iter()
+                .map(|(pod, reason)| nodedrain::NodeDrainBlocker {
+                    namespace: "shop".into(),
+                    pod: (*pod).into(),
+                    reason: (*reason).into(),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let web = blocked(&[("web-1", "the budget web needs 2 healthy pods and has 1")]);
+        let counts = blocked(&[("web-1", "the budget web needs 2 healthy pods and has 0")]);
+        let more = blocked(&[("web-1", "x"), ("db-0", "y")]);
+        assert_eq!(blocking(&web), blocking(&counts));
+        assert_ne!(blocking(&web), blocking(&more));
+        assert_ne!(blocking(&web), blocking(&blocked(&[])));
     }
 
     /// A surface the API keeps refusing (the NodeDrain CRD not installed)
