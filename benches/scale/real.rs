@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use maintd::agent::Agent;
 use maintd::config::Config;
+use maintd::report::conditions::MAINTD_DRAIN;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -179,20 +180,28 @@ fn not_watches(counters: &[Arc<Counter>]) -> f64 {
 const SETTLED_AFTER: Duration = Duration::from_secs(10);
 const SETTLED_AT_MOST: Duration = Duration::from_secs(300);
 
-/// Waits, once every agent has written its NodeDrain, until the agents
-/// have sent nothing but watches for [`SETTLED_AFTER`]: at 2,000 nodes the
-/// last agents' start-up writes of their Node's conditions, retried after
-/// 429s, came after every NodeDrain was written, and the idle window
-/// counted them. Past [`SETTLED_AT_MOST`] the idle window starts anyway,
-/// and the bench says so: what the agents still send is then theirs.
-fn settle(cp: &ControlPlane, n: usize, counters: &[Arc<Counter>]) {
+/// Waits, once every agent has written its NodeDrain, until every Node
+/// shows its agent's condition and the agents have sent nothing but
+/// watches for [`SETTLED_AFTER`]: at 2,000 nodes the last agents'
+/// start-up writes of their Node's conditions, retried after 429s (up to
+/// a minute apart), came after every NodeDrain was written, twice even
+/// after 10 s of nothing but watches, and the idle window counted them.
+/// Past [`SETTLED_AT_MOST`] the idle window starts anyway, and the bench
+/// says so: what the agents still send is then theirs.
+fn settle(cp: &ControlPlane, n: usize, counters: &[Arc<Counter>], nodes: &Mirror) {
     let began = Instant::now();
     let mut sent = not_watches(counters);
     let mut quiet_since = Instant::now();
+    let told = |node: &Value| {
+        node["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == MAINTD_DRAIN))
+    };
     while quiet_since.elapsed() < SETTLED_AFTER {
         if began.elapsed() >= SETTLED_AT_MOST {
             eprintln!(
-                "  N={n}: the agents still sent requests other than watches {} s after every NodeDrain was written; idle is measured from here",
+                "  N={n}: {} of {n} Nodes show their agent's condition, and the agents still sent requests other than watches {} s after every NodeDrain was written; idle is measured from here",
+                nodes.count(told),
                 SETTLED_AT_MOST.as_secs()
             );
             return;
@@ -200,7 +209,7 @@ fn settle(cp: &ControlPlane, n: usize, counters: &[Arc<Counter>]) {
         std::thread::sleep(Duration::from_millis(500));
         stop_if_out_of_room(cp, n);
         let now = not_watches(counters);
-        if now != sent {
+        if now != sent || nodes.count(told) < n {
             sent = now;
             quiet_since = Instant::now();
         }
@@ -392,7 +401,7 @@ pub fn run(
         },
     ));
     let agents_start_secs = agents_started.elapsed().as_secs_f64();
-    settle(&cp, n, &counters);
+    settle(&cp, n, &counters, &nodes);
     let rss_with_agents_kib = rss_kib();
     let agent_sockets = sockets().saturating_sub(sockets_before);
 
